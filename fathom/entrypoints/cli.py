@@ -1,0 +1,30 @@
+"""The `fathom` command. Sub-apps live one per component in this package.
+
+Only typer and the config package are imported at module level, so `fathom --help`
+answers without importing torch, vLLM or transformers.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from fathom.entrypoints import config_cmd, doctor_cmd, env_cmd, model_cmd, policy_cmd, proxy_cmd, tasks_cmd
+
+app = typer.Typer(
+    name="fathom",
+    help="FATHOM: train small models to work over documents far larger than their context window.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(model_cmd.app, name="model")
+app.add_typer(policy_cmd.app, name="policy")
+app.add_typer(proxy_cmd.app, name="proxy")
+app.add_typer(env_cmd.app, name="env")
+app.add_typer(tasks_cmd.app, name="tasks")
+app.add_typer(config_cmd.app, name="config")
+app.command("doctor")(doctor_cmd.doctor)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,1 @@
+"""fathom.env_server."""

@@ -1,0 +1,1 @@
+"""fathom.policy_server."""

@@ -1,0 +1,1 @@
+"""fathom.tasks."""
