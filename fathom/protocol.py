@@ -99,3 +99,105 @@ class RewardComponents(BaseModel):
 
 EpisodeStatus = Literal["pending", "running", "done", "error"]
 StopReason = Literal["final", "max_turns", "max_tokens", "timeout", "budget", "error"]
+
+
+# --- episodes run by the env server (POST /episodes, GET /episodes/{id}) -------------
+
+
+class EpisodeLimits(_Wire):
+    """Per-episode caps; None takes the env server's configured default."""
+
+    max_turns: int | None = Field(None, gt=0)
+    max_depth: int | None = Field(None, ge=0)
+    max_subcalls: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, gt=0)
+    wall_clock_s: float | None = Field(None, gt=0)
+
+
+class EpisodeRequest(_Wire):
+    """Body of `POST /episodes` on the env server: one task against one capture-proxy session.
+
+    Name the task by `task_id`, or by `family` + `seed` + `length` (all three).
+    """
+
+    episode_id: str | None = Field(None, min_length=1, max_length=200)
+    """Caller-chosen id (the rollout worker's); generated when absent. Results are keyed by it."""
+    task_id: str | None = None
+    family: str | None = None
+    seed: int | None = None
+    length: int | None = Field(None, gt=0)
+    session_id: str | None = None
+    """Capture-proxy session the episode's calls are recorded in; the env server opens one when absent."""
+    proxy_url: str | None = None
+    """Capture proxy base URL (no /v1); the env server's configured default when absent."""
+    limits: EpisodeLimits = EpisodeLimits()
+    sampling: Sampling | None = None
+    """Sampling sent with each chat request; None leaves it to the proxy session."""
+    metadata: dict[str, Any] = {}
+
+
+class SubCall(BaseModel):
+    """One `llm()` prompt: a plain model call, or (deeper recursion) a nested RLM episode with its own turns."""
+
+    depth: int
+    parent_call_id: str | None = None
+    call_id: str | None = None
+    """Proxy call id of the plain call (None for a nested RLM episode: its turns carry the ids)."""
+    prompt_chars: int
+    prompt_preview: str
+    response: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    turns: list["TurnStat"] = []
+    """Turns of the nested RLM episode, when this sub-call ran as one."""
+
+
+class TurnStat(BaseModel):
+    """One model turn of an episode: what the model wrote, the code run, its output and the sub-calls it made."""
+
+    index: int
+    depth: int = 0
+    call_id: str | None = None
+    parent_call_id: str | None = None
+    completion: str = ""
+    finish_reason: str | None = None
+    code_blocks: list[str] = []
+    outputs: list[str] = []
+    """What the model was shown for each code block (truncated REPL output)."""
+    no_code: bool = False
+    """The turn had no code block and got the corrective message."""
+    final_answer: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_ms: float = 0.0
+    sandbox_ms: float = 0.0
+    """Time inside the sandbox's run() (measured in the thread that ran it)."""
+    server_ms: float = 0.0
+    """The rest of the turn's wall time: parsing, bookkeeping, thread hand-off, prompt building."""
+    subcalls: list[SubCall] = []
+
+
+SubCall.model_rebuild()
+
+
+class EpisodeResult(BaseModel):
+    """Body of `GET /episodes/{id}` (and of `POST /episodes`, with status pending)."""
+
+    episode_id: str
+    task_id: str | None = None
+    session_id: str | None = None
+    status: EpisodeStatus
+    stop_reason: StopReason | None = None
+    answer: str | None = None
+    reward: float | None = None
+    """`reward_components.total`; None while running and when unscorable (status error), never 0 for a failure."""
+    reward_components: RewardComponents | None = None
+    error: str | None = None
+    turns: list[TurnStat] = []
+    """Root turns; each holds its sub-calls, nested by depth (the recursion tree)."""
+    llm_calls: int = 0
+    total_tokens: int = 0
+    wall_s: float = 0.0
+    metadata: dict[str, Any] = {}

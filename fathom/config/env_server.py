@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pydantic import Field, model_validator
+
 from fathom.config.base import FathomModel
 
 
@@ -12,11 +14,55 @@ class EnvServerConfig(FathomModel):
     port: int = 8200
     """Port of the env server."""
 
-    max_concurrent_envs: int = 64
+    max_concurrent_envs: int = Field(64, ge=1)
     """Concurrent OpenEnv sessions and episodes the server accepts."""
 
-    max_turns: int = 8
+    max_turns: int = Field(8, ge=1)
     """Root turns per episode before it stops with reason `max_turns`."""
 
-    max_depth: int = 2
-    """Deepest `llm()` recursion: 2 in training, 4 at demo time."""
+    max_depth: int = Field(2, ge=0)
+    """Deepest `llm()` recursion: 2 in training, 4 at demo time. Root turns are depth 0, `llm()` from
+    the root REPL is depth 1; a sub-call at a depth below this may itself run as an RLM episode."""
+
+    max_subcalls: int = Field(64, ge=0)
+    """`llm()` prompts one episode may send (the whole recursion tree together); past it `llm()` raises in the REPL."""
+
+    max_tokens: int = Field(65536, ge=1)
+    """Tokens (prompt + completion, every call of the episode) before the episode stops with reason `max_tokens`."""
+
+    wall_clock_s: float = Field(600.0, gt=0)
+    """Wall-clock limit of one episode; past it the episode stops with reason `timeout`."""
+
+    llm_batch_concurrency: int = Field(8, ge=1)
+    """Sub-calls of one `llm_batch()` that run at once."""
+
+    preview_chars: int = Field(300, ge=0)
+    """Characters of the context's start shown in the first user message (the context itself never is)."""
+
+    sub_rlm_min_chars: int = Field(8000, ge=1)
+    """A sub-call prompt longer than this, at a depth below `max_depth`, runs as a nested RLM episode
+    with the prompt as its `context` instead of one plain model call."""
+
+    sub_rlm_max_turns: int = Field(4, ge=1)
+    """Turn limit of a nested RLM episode."""
+
+    proxy_url: str = ""
+    """Default capture proxy base URL for episodes that name none; empty means http://{capture_proxy.host}:{capture_proxy.port}."""
+
+    proxy_timeout_s: float = Field(300.0, gt=0)
+    """Timeout of one model call through the proxy (vLLM on CPU can take minutes for a long turn)."""
+
+    result_retention_s: float = Field(3600.0, gt=0)
+    """How long a finished episode's result stays readable at `GET /episodes/{id}`."""
+
+    http_episode_idle_s: float = Field(600.0, gt=0)
+    """An episode started through stateless HTTP `/reset` is closed after this long without a `/step`."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "EnvServerConfig":
+        if self.sub_rlm_max_turns > self.max_turns:
+            raise ValueError(
+                f"env_server.sub_rlm_max_turns ({self.sub_rlm_max_turns}) exceeds env_server.max_turns "
+                f"({self.max_turns}); a nested episode may not outlive its root: lower sub_rlm_max_turns"
+            )
+        return self
