@@ -77,6 +77,8 @@ class SessionInfo(BaseModel):
     invalid_turns: int = 0
     flagged: bool = False
     """True once any turn failed validation; the trainer must not use the trace silently."""
+    flag_reasons: list[str] = []
+    """Why the session is flagged: one line per invalid turn, naming the call id and the failed check."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
