@@ -1,0 +1,189 @@
+"""The model-call path: authenticate, check budgets, rewrite, call vLLM, capture, validate, answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fathom.capture_proxy.capture import BadRequest, extract, prepare
+from fathom.capture_proxy.http import HTTPFail, error, parse_json, read_json, session_key
+from fathom.capture_proxy.sessions import CallRecord, Session
+from fathom.capture_proxy.sse import replay
+from fathom.capture_proxy.state import ProxyState
+from fathom.capture_proxy.upstream import UpstreamError
+from fathom.capture_proxy.validation import build_turn
+from fathom.protocol import HEADER_CALL_ID, HEADER_DEPTH, HEADER_PARENT, HEADER_ROLE
+
+PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+# Upstream statuses that mean "this request cannot succeed as sent" (e.g. prompt past the context
+# length): passed through so the harness stops, instead of a 502 it would retry unchanged.
+_CLIENT_ERRORS = (400, 413, 422)
+
+
+def call_headers(request: Request) -> tuple[str, int, str | None]:
+    headers = request.headers
+    role = headers.get(HEADER_ROLE, "root")
+    if role not in ("root", "subcall"):
+        raise HTTPFail(400, f"{HEADER_ROLE} must be 'root' or 'subcall', got {role!r}", "invalid_header")
+    depth_text = headers.get(HEADER_DEPTH)
+    if depth_text is None:
+        depth = 0 if role == "root" else 1
+    elif depth_text.isdigit():
+        depth = int(depth_text)
+    else:
+        raise HTTPFail(400, f"{HEADER_DEPTH} must be a non-negative integer, got {depth_text!r}", "invalid_header")
+    return role, depth, headers.get(HEADER_PARENT) or None
+
+
+def authenticate(state: ProxyState, request: Request) -> Session:
+    sid = session_key(request)
+    session = state.store.get(sid) if sid else None
+    if session is None or session.closed:
+        state.metrics.inc("fathom_proxy_rejected_total", reason="session")
+        what = "no session id was sent" if not sid else (
+            "the session is closed" if session is not None else "the session id is unknown (or evicted)")
+        raise HTTPFail(401, f"{what}; open one with POST /sessions and send its id as the API key "
+                            "(Authorization: Bearer <id> or x-api-key)", "invalid_session")
+    return session
+
+
+async def handle_call(state: ProxyState, kind: str, request: Request) -> Response:
+    t0 = time.perf_counter()
+    try:
+        session = authenticate(state, request)
+        body = await read_json(request, state.cfg.max_body_bytes)
+        if not isinstance(body, dict):
+            raise HTTPFail(400, "request body must be a JSON object", "invalid_json")
+        role, depth, parent = call_headers(request)
+        prep = prepare(kind, body, model=session.model, sampling=session.sampling, trainable=session.trainable)
+    except BadRequest as e:
+        state.metrics.inc("fathom_proxy_rejected_total", reason="bad_request")
+        return error(400, str(e), "invalid_request")
+    except HTTPFail as e:
+        if e.status != 401:
+            state.metrics.inc("fathom_proxy_rejected_total", reason=e.code)
+        return e.response()
+
+    session.last_active = state.store.clock()
+    record = CallRecord(session.next_call_id(), len(session.records), role, depth, parent, "pending")
+    session.records.append(record)
+    headers = {HEADER_CALL_ID: record.call_id, "X-Fathom-Policy-Version": str(session.policy_version)}
+    # No await between this check and the counting below, so concurrent calls cannot overrun a budget.
+    refusal = session.budget_refusal(depth)
+    if refusal is not None:
+        record.status, record.error = "refused", refusal
+        session.refused += 1
+        state.metrics.inc("fathom_proxy_calls_total", role=role, status="refused")
+        return error(429, refusal + "; the episode should stop", "budget_exceeded", headers)
+    session.calls += 1
+    session.calls_by_role[role] = session.calls_by_role.get(role, 0) + 1
+
+    t_up = time.perf_counter()
+    try:
+        resp = await state.upstream.post(PATHS[kind], orjson.dumps(prep.body))
+    except UpstreamError as e:
+        state.upstream_ok = False
+        return _failed(state, session, record, e.kind, f"policy server call failed: {e}", headers)
+    up_s = time.perf_counter() - t_up
+    state.upstream_ok = True
+    if resp.status != 200:
+        detail = resp.body[:300].decode("utf-8", "replace")
+        msg = f"policy server answered HTTP {resp.status}: {detail}"
+        status = resp.status if resp.status in _CLIENT_ERRORS else 502
+        return _failed(state, session, record, "status", msg, headers, status)
+    try:
+        data = parse_json(resp.body, "policy server response")
+        if not isinstance(data, dict):
+            raise HTTPFail(502, "policy server response is not a JSON object", "upstream_protocol")
+    except HTTPFail:
+        return _failed(state, session, record, "protocol", "policy server response is not JSON", headers)
+
+    _capture(state, session, record, kind, body, data, up_s)
+    if prep.stream:
+        payload = replay(kind, data, include_usage=prep.include_usage, client_logprobs=prep.client_logprobs)
+        out = Response(payload, media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"})
+    else:
+        # The engine's bytes go back untouched: no re-serialization on the hot path.
+        out = Response(resp.body, media_type="application/json", headers=headers)
+    total = time.perf_counter() - t0
+    state.upstream_latency.observe(up_s)
+    state.overhead.observe(max(total - up_s, 0.0))
+    return out
+
+
+def _failed(state: ProxyState, session: Session, record: CallRecord, kind: str, msg: str,
+            headers: dict[str, str], status: int = 502) -> Response:
+    record.status, record.error = "failed", msg
+    session.failed += 1
+    state.metrics.inc("fathom_proxy_upstream_errors_total", kind=kind)
+    state.metrics.inc("fathom_proxy_calls_total", role=record.role, status="failed")
+    return error(status, msg, "upstream_" + kind, headers)
+
+
+def _capture(state: ProxyState, session: Session, record: CallRecord, kind: str,
+             body: dict[str, Any], data: dict[str, Any], up_s: float) -> None:
+    cap = extract(kind, data)
+    session.prompt_tokens += cap.prompt_tokens
+    session.completion_tokens += cap.completion_tokens
+    state.metrics.inc("fathom_proxy_tokens_total", cap.prompt_tokens, kind="prompt")
+    state.metrics.inc("fathom_proxy_tokens_total", cap.completion_tokens, kind="completion")
+    role_trainable = session.trainable and record.role in state.trainable_roles
+    meta: dict[str, Any] = {
+        "call_index": record.index, "role": record.role, "depth": record.depth, "parent_call_id": record.parent,
+        "policy_version": _version_now(state, session), "model": session.model, "finish_reason": cap.finish_reason,
+        "latency_s": round(up_s, 6), "episode_id": session.metadata.get("episode_id"),
+        "trainable": role_trainable, "valid": True, "kind": kind,
+    }
+    if record.role == "root":
+        meta.update(_prefix_link(session, cap.prompt_ids))
+    request = {"temperature": body.get("temperature"), "max_tokens": body.get("max_tokens")}
+    response: dict[str, Any] = {"finish_reason": cap.finish_reason}
+    if state.cfg.keep_messages:
+        request["messages" if kind == "chat" else "prompt"] = body.get("messages" if kind == "chat" else "prompt")
+        response["text"] = cap.text
+    turn, err = build_turn(record.call_id, cap, trainable=role_trainable, request=request, response=response, metadata=meta)
+    record.metadata = meta
+    if turn is None:
+        meta["valid"] = False
+        record.status, record.error = "invalid", err
+        record.raw = {"prompt_token_ids": cap.prompt_ids, "completion_token_ids": cap.completion_ids,
+                      "per_token_logps": _jsonable(cap.logprobs)}
+        session.invalid_turns += 1
+        session.flag_reasons.append(f"call {record.call_id} (#{record.index}, {record.role}): {err}")
+        state.metrics.inc("fathom_proxy_calls_total", role=record.role, status="invalid")
+        return
+    record.status, record.turn = "ok", turn
+    if record.role == "root":
+        session.last_root = record
+    state.metrics.inc("fathom_proxy_calls_total", role=record.role, status="ok")
+
+
+def _version_now(state: ProxyState, session: Session) -> int:
+    # Under merged sync the weights change in place, so a call records the sync count current at
+    # call time; under adapter sync the pinned adapter is the version.
+    if state.pinner.weight_sync == "merged":
+        return state.pinner.merged_version
+    return session.policy_version
+
+
+def _prefix_link(session: Session, prompt_ids: Any) -> dict[str, Any]:
+    """Whether this root prompt starts with the previous root turn's prompt + completion ids."""
+    prev = session.last_root
+    if prev is None or prev.turn is None or not isinstance(prompt_ids, list):
+        return {}
+    before = prev.turn.prompt_token_ids + prev.turn.completion_token_ids
+    if prompt_ids[: len(before)] == before:
+        return {"extends_call_id": prev.call_id}
+    n = min(len(before), len(prompt_ids))
+    at = next((i for i in range(n) if prompt_ids[i] != before[i]), n)
+    return {"extends_call_id": None, "diverges_from_call_id": prev.call_id, "divergence_index": at}
+
+
+def _jsonable(values: Any) -> Any:
+    if isinstance(values, list):
+        return [v if not isinstance(v, float) or v == v and abs(v) != float("inf") else str(v) for v in values]
+    return values
