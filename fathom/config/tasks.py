@@ -2,20 +2,82 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field, model_validator
+
 from fathom.config.base import FathomModel
 
 
 class RewardConfig(FathomModel):
-    correctness: float = 0.7
-    """Weight of answer correctness."""
+    """Weights and limits of the reward; `total` = sum of weight x component, capped for wrong answers."""
 
-    format: float = 0.1
-    """Weight of answering through FINAL."""
+    correctness: float = Field(0.7, ge=0.0)
+    """Weight of correctness (1 for a match, set F1 for pair answers)."""
 
-    wrong_ceiling: float = 0.1
+    format: float = Field(0.1, ge=0.0)
+    """Weight of answering through FINAL exactly once."""
+
+    token_budget: float = Field(0.2, ge=0.0)
+    """Weight of the token-budget penalty (component in [-1, 0]: fraction of the budget overspent, capped at 1)."""
+
+    recursion: float = Field(0.1, ge=0.0)
+    """Weight of recursion efficiency (1 - llm_calls / recursion_max_calls), counted only when correct."""
+
+    tool_bonus: float = Field(0.1, ge=0.0, le=0.1)
+    """Weight of the tool-efficiency bonus (unused share of the token budget), only when correct; at most 0.1."""
+
+    wrong_ceiling: float = Field(0.1, ge=0.0)
     """No wrong answer may score above this total."""
+
+    token_budget_scale: float = Field(1.0, gt=0.0)
+    """Multiplies each task's own `metadata.token_budget` (root + sub-call tokens)."""
+
+    recursion_max_calls: int = Field(16, gt=0)
+    """llm() calls at which the recursion component reaches 0."""
+
+    max_llm_calls: int = Field(64, gt=0)
+    """More llm() calls than this is recursion spam: the answer is not counted correct."""
+
+    max_final_calls: int = Field(1, gt=0)
+    """More FINAL calls than this is FINAL spam: the answer is not counted correct and format is 0."""
+
+    numeric_rel_tol: float = Field(0.0, ge=0.0)
+    """Relative tolerance for numeric answers (0: planted 7-digit values must match exactly)."""
+
+    numeric_abs_tol: float = Field(1e-9, ge=0.0)
+    """Absolute tolerance for numeric answers (accepts `42.0` for 42)."""
+
+    set_f1_correct: float = Field(1.0, gt=0.0, le=1.0)
+    """Set answers count as correct at or above this F1."""
+
+    answer_min_cap: int = Field(64, gt=0)
+    """Answers longer than max(answer_min_cap, answer_len_factor x gold length) characters are not correct."""
+
+    answer_len_factor: float = Field(4.0, ge=1.0)
+    """See answer_min_cap: how much longer than the gold an answer may be."""
+
+    @model_validator(mode="after")
+    def _correct_beats_wrong(self) -> "RewardConfig":
+        worst_correct = self.correctness * self.set_f1_correct - self.token_budget
+        if worst_correct <= self.wrong_ceiling:
+            raise ValueError(
+                f"a correct answer can score {worst_correct:.3f} (correctness x set_f1_correct - token_budget), "
+                f"not above wrong_ceiling ({self.wrong_ceiling}); raise tasks.reward.correctness or lower "
+                "tasks.reward.token_budget / tasks.reward.wrong_ceiling"
+            )
+        return self
 
 
 class TasksConfig(FathomModel):
     reward: RewardConfig = RewardConfig()
-    """Reward component weights."""
+    """Reward component weights and anti-hacking limits."""
+
+    haystack: Literal["auto", "stdlib", "synthetic"] = "auto"
+    """Filler text: the stdlib's sources (`stdlib`), a seeded word salad (`synthetic`), or stdlib if present (`auto`)."""
+
+    manifest_dir: str = ""
+    """Directory of the split manifests ({train,test,heldout}.json); empty means the ones shipped in fathom/tasks/splits."""
+
+    verify_on_load: bool = False
+    """Regenerate every task of a split when loading it and check its SHA-256 against the manifest."""

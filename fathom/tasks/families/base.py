@@ -1,0 +1,81 @@
+"""What every family generator receives and how it assembles a Task."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from fathom.tasks import haystack
+from fathom.tasks.record import CHARS_PER_TOKEN, Gold, Task, TaskMetadata, make_id
+
+# Fallback base budgets in tokens (root + sub-calls) for a 1K-character task; see `token_budget`.
+BASE_BUDGET = {"needle": 1500, "kv_chain": 2500, "aggregate": 3000, "pairs": 3500, "code_qa": 2500}
+
+STALE_MARKERS = ("outdated", "no longer", "superseded", "retired", "obsolete", "formerly", "revoked")
+"""Words that mark a stale fact in every family's templates; true facts never contain them."""
+
+
+@dataclass
+class Spec:
+    family: str
+    seed: int
+    length: int
+    split: str
+    difficulty: int
+    distractors: bool
+    facts: random.Random
+    """Draws everything the gold depends on."""
+    place: random.Random
+    """Draws haystack offsets and insertion points only."""
+    haystack_kind: str | None = None
+    id_override: bool | None = None
+    positions: list[int] = field(default_factory=list)
+
+    @property
+    def task_id(self) -> str:
+        return make_id(self.family, self.seed, self.length, self.id_override)
+
+
+def token_budget(family: str, length: int, difficulty: int) -> int:
+    """Budget grows with log2(length): a longer document needs more probing, not proportionally more reading."""
+    doublings = math.log2(max(length, 1024) / 1024)
+    return int(BASE_BUDGET[family] * (1 + 0.15 * doublings) * (1 + 0.25 * difficulty))
+
+
+def pick(rng: random.Random, options: list[str], kind: str, split: str, family: str) -> tuple[str, str]:
+    """Choose a template; returns (template text, `family/split/kind<i>` id)."""
+    i = rng.randrange(len(options))
+    return options[i], f"{family}/{split}/{kind}{i}"
+
+
+def assemble(spec: Spec, question: str, context: str, gold: Gold, template: str, *,
+             values: list[str] | None = None, extra: dict | None = None) -> Task:
+    if len(context) != spec.length:
+        raise AssertionError(f"{spec.task_id}: generated {len(context)} characters, expected {spec.length}")
+    src = haystack.corpus(spec.haystack_kind)
+    meta = TaskMetadata(
+        length_chars=len(context),
+        est_tokens=len(context) // CHARS_PER_TOKEN,
+        needle_positions=spec.positions,
+        difficulty=spec.difficulty,
+        distractors=spec.distractors,
+        seed=spec.seed,
+        split=spec.split,
+        template=template,
+        haystack=f"{src.source}/{src.version}",
+        token_budget=token_budget(spec.family, spec.length, spec.difficulty),
+        values=values or [],
+        extra=extra or {},
+    )
+    return Task(spec.task_id, spec.family, question, context, gold, meta)
+
+
+def pad(spec: Spec, body: str) -> str:
+    """Fill `body` up to the spec's length with haystack text after it."""
+    need = spec.length - len(body)
+    if need < 0:
+        raise AssertionError(f"{spec.task_id}: body of {len(body)} chars exceeds length {spec.length}")
+    if need == 0:
+        return body
+    return body + "\n" + haystack.filler(spec.place, need - 1, spec.haystack_kind)

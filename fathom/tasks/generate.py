@@ -1,0 +1,52 @@
+"""Deterministic generation: `generate(family, seed, length)` and `get_task(id)`."""
+
+from __future__ import annotations
+
+from fathom.tasks.families import MODULES
+from fathom.tasks.families.base import Spec
+from fathom.tasks.record import Task, check_length, parse_id, rngs, split_of_seed
+
+FAMILIES: tuple[str, ...] = tuple(MODULES)
+
+_registry: dict[str, Task] = {}
+"""Tasks loaded from files or the Hub (see loaders.register); synthetic ids regenerate instead."""
+
+
+def generate(family: str, seed: int, length: int, *, distractors: bool | None = None,
+             haystack: str | None = None) -> Task:
+    """The task for (family, seed, length), identical on every run and, for its gold, on every machine.
+
+    `distractors` defaults to on for difficulty tiers 1 and 2 (difficulty = seed % 3); passing it
+    explicitly adds `-d0`/`-d1` to the id. `haystack` overrides $FATHOM_HAYSTACK (auto, stdlib, synthetic).
+    """
+    if family not in MODULES:
+        raise ValueError(f"task family {family!r} is unknown; choose one of {', '.join(FAMILIES)}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed {seed!r} must be a non-negative integer")
+    check_length(length)
+    split = split_of_seed(seed)
+    difficulty = seed % 3
+    facts, place = rngs(family, seed, length)
+    spec = Spec(family=family, seed=seed, length=length, split=split, difficulty=difficulty,
+                distractors=difficulty > 0 if distractors is None else bool(distractors),
+                facts=facts, place=place, haystack_kind=haystack, id_override=distractors)
+    return MODULES[family].generate(spec)
+
+
+def get_task(task_id: str) -> Task:
+    """Regenerate a task from its id (or return a registered loaded task); KeyError if unknown."""
+    if task_id in _registry:
+        return _registry[task_id]
+    family, seed, length, distractors = parse_id(task_id)
+    if family not in MODULES:
+        raise KeyError(f"unknown task id {task_id!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
+    try:
+        return generate(family, seed, length, distractors=distractors)
+    except ValueError as e:
+        raise KeyError(f"unknown task id {task_id!r}: {e}") from None
+
+
+def register(tasks: list[Task]) -> None:
+    """Make loaded tasks reachable through get_task(id)."""
+    for t in tasks:
+        _registry[t.id] = t

@@ -1,0 +1,215 @@
+"""Reference solutions: from the question text alone, Python that computes the answer from `context`.
+
+The source runs inside the sandboxed REPL, so it keeps to what that sandbox allows: only
+whitelisted imports (re), no names starting with an underscore, no dunders, no open/eval,
+no tuple unpacking or augmented assignment (RestrictedPython needs extra guards for those),
+and only the most basic builtins (len, range, int, str, set, list). It ends in FINAL(...).
+It powers a scripted model that sees only the chat prompt, so it is given only the question.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fathom.tasks.families.base import STALE_MARKERS
+from fathom.tasks.families.records import PHRASES, VOID
+
+_LINE = '''
+def line_at(pos):
+    start = context.rfind("\\n", 0, pos) + 1
+    end = context.find("\\n", pos)
+    if end < 0:
+        end = len(context)
+    return context[start:end]
+
+
+def is_stale(line):
+    low = line.lower()
+    for w in STALE:
+        if w in low:
+            return True
+    return False
+
+
+def key_pattern(key):
+    return re.compile("(?<![A-Za-z-])" + re.escape(key) + "(?![A-Za-z-])")
+'''
+
+_NEEDLE = _LINE + '''
+answer = None
+for m in key_pattern(KEY).finditer(context):
+    line = line_at(m.start())
+    nums = re.findall(r"\\d+", line)
+    if nums and not is_stale(line):
+        answer = nums[len(nums) - 1]
+        break
+FINAL(answer)
+'''
+
+_CHAIN = _LINE + '''
+keys = re.compile(r"[a-z]+-[a-z]+")
+cur = KEY
+answer = None
+seen = set()
+while answer is None and cur is not None and cur not in seen:
+    seen.add(cur)
+    nxt = None
+    for m in key_pattern(cur).finditer(context):
+        line = line_at(m.start())
+        found = keys.findall(line)
+        if is_stale(line) or not found or found[0] != cur:
+            continue
+        if len(found) > 1:
+            nxt = found[1]
+            break
+        nums = re.findall(r"\\d+", line)
+        if nums:
+            answer = nums[len(nums) - 1]
+            break
+    cur = nxt
+FINAL(answer)
+'''
+
+_RECORDS = '''
+record = re.compile(r"(?:Record |#|\\[)R\\d{6}")
+
+
+def label_of(line):
+    for p in PHRASES:
+        if p in line:
+            return PHRASES[p]
+    return None
+
+
+def live_rows():
+    out = []
+    for line in context.split("\\n"):
+        if not record.match(line):
+            continue
+        void = False
+        for v in VOID:
+            if v in line:
+                void = True
+        if not void and label_of(line) == LABEL:
+            out.append(line)
+    return out
+'''
+
+_AGGREGATE = _RECORDS + '''
+rows = live_rows()
+if OP == "count":
+    FINAL(str(len(rows)))
+elif OP == "sum":
+    amount = re.compile(r"amount: (\\d+)|paid (\\d+)|/ (\\d+) units")
+    total = 0
+    for line in rows:
+        m = amount.search(line)
+        total = total + int(m.group(1) or m.group(2) or m.group(3))
+    FINAL(str(total))
+else:
+    name = re.compile(r"[A-Z][a-z]+ [A-Z][a-z]+")
+    per = {}
+    for line in rows:
+        n = name.search(line).group(0)
+        per[n] = per.get(n, 0) + 1
+    best = None
+    for n in per:
+        if best is None or per[n] > per[best]:
+            best = n
+    FINAL(best)
+'''
+
+_PAIRS = _RECORDS + '''
+ticket = re.compile(r"T(\\d{6})")
+ident = re.compile(r"R\\d{6}")
+by_ticket = {}
+for line in live_rows():
+    t = ticket.search(line).group(1)
+    by_ticket[t] = by_ticket.get(t, []) + [ident.search(line).group(0)]
+pairs = []
+for t in by_ticket:
+    ids = by_ticket[t]
+    for i in range(len(ids)):
+        for j in range(i + 1, len(ids)):
+            pairs.append("(" + ids[i] + ", " + ids[j] + ")")
+FINAL("; ".join(pairs))
+'''
+
+_CONFIG = '''
+head = "### FILE: " + PATH + "\\n"
+start = context.find(head)
+end = context.find("\\n### FILE: ", start + 1)
+section = context[start:end] if end >= 0 else context[start:]
+value = None
+for m in re.finditer("(?m)^" + re.escape(NAME) + r"[ \\t]*(\\+?=)[ \\t]*(-?\\d+)[ \\t]*$", section):
+    if m.group(1) == "=":
+        value = int(m.group(2))
+    else:
+        value = value + int(m.group(2))
+FINAL(str(value))
+'''
+
+_WHERE = '''
+m = re.search("(?m)^def " + re.escape(NAME) + r"\\(", context)
+head = context.rfind("### FILE: ", 0, m.start())
+FINAL(context[head + 10:context.find("\\n", head)])
+'''
+
+_CALLS = '''
+answer = None
+for m in re.finditer(r"(?<![\\w.])" + re.escape(NAME) + r"\\(", context):
+    start = context.rfind("\\n", 0, m.start()) + 1
+    before = context[start:m.start()]
+    if "#" in before or before.count('"') % 2 == 1 or before.strip() == "def":
+        continue
+    d = context.rfind("\\ndef ", 0, m.start())
+    answer = re.match(r"\\ndef (\\w+)\\(", context[d:d + 200]).group(1)
+    break
+FINAL(answer)
+'''
+
+_KEY = re.compile(r"(?<![A-Za-z-])[a-z]+-[a-z]+(?![A-Za-z-])")
+_LABEL = re.compile(r"\b(positive|negative|neutral)\b")
+_CONST = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
+_FUNC = re.compile(r"\b[a-z]+_[a-z]+_[a-z]+\b")
+_PATH = re.compile(r"[\w./-]+\.py\b")
+
+
+def _program(params: dict[str, object], body: str) -> str:
+    head = "import re\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
+    return head + body
+
+
+def _need(m: re.Match | None, what: str, question: str) -> str:
+    if m is None:
+        raise ValueError(f"question {question[:120]!r} has no {what}; reference solutions cover generated tasks only")
+    return m.group(0)
+
+
+def reference_solution(question: str) -> str:
+    """Sandbox-safe Python source that reads `context` and calls FINAL with the answer to `question`."""
+    q, low = question, question.lower()
+    stale = {"STALE": list(STALE_MARKERS)}
+    if "pair" in low:
+        phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
+        label = _need(_LABEL.search(low), "label", q)
+        return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label}, _PAIRS)
+    if "follow" in low:
+        return _program({**stale, "KEY": _need(_KEY.search(q), "start key", q)}, _CHAIN)
+    if "magic number" in low:
+        return _program({**stale, "KEY": _need(_KEY.search(q), "key", q)}, _NEEDLE)
+    if "review" in low:
+        phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
+        label = _need(_LABEL.search(low), "label", q)
+        op = "argmax" if re.search(r"\b(most|largest)\b", low) else "sum" if re.search(r"\b(amounts?|sum)\b", low) \
+            else "count"
+        return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label, "OP": op}, _AGGREGATE)
+    const = _CONST.search(q)
+    if const:
+        return _program({"NAME": const.group(0), "PATH": _need(_PATH.search(q), "settings path", q)}, _CONFIG)
+    name = _need(_FUNC.search(q), "function name", q)
+    if "defin" in low or "path of the file" in low:
+        return _program({"NAME": name}, _WHERE)
+    if "call" in low or "invoke" in low:
+        return _program({"NAME": name}, _CALLS)
+    raise ValueError(f"question {q[:120]!r} matches no task family; reference solutions cover generated tasks only")

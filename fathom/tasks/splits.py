@@ -1,0 +1,132 @@
+"""Pinned split manifests: ids, parameters and SHA-256 per task, never the contexts.
+
+Contexts regenerate deterministically from ids. A manifest records what its haystack came
+from; on a machine whose haystack differs (another Python patch version), verification
+checks the haystack-independent gold digest instead of the full digest.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from fathom.tasks import haystack
+from fathom.tasks.generate import FAMILIES, generate, get_task
+from fathom.tasks.record import GENERATOR_VERSION, SEED_BLOCK, SPLITS, length_tag, split_of_seed
+
+SPLITS_DIR = Path(__file__).resolve().parent / "splits"
+
+# Lengths per split as (length, weight). Test stays moderate because the env server runs all of
+# it through real servers; heldout carries the multi-million-character tasks.
+LENGTHS: dict[str, list[tuple[int, int]]] = {
+    "train": [(2**k, 1) for k in range(10, 18)],
+    "test": [(2**k, 4) for k in range(10, 19)] + [(2**20, 1)],
+    "heldout": [(2**k, 2) for k in range(10, 21)] + [(2**21, 1), (2**22, 1), (2**23, 1), (10 * 2**20, 1)],
+}
+DEFAULT_N = {"train": 1000, "test": 150, "heldout": 100}
+
+
+class ManifestError(ValueError):
+    """A manifest that is missing, malformed or does not match regenerated tasks."""
+
+
+def plan(split: str, n: int) -> list[tuple[str, int, int]]:
+    """(family, seed, length) for `n` tasks: families round-robin, lengths drawn by weight, seeds in the split's block."""
+    if split not in SPLITS:
+        raise ManifestError(f"split {split!r} is unknown; choose one of {', '.join(SPLITS)}")
+    if not 0 < n <= SEED_BLOCK:
+        raise ManifestError(f"--n {n} must be between 1 and {SEED_BLOCK}")
+    rng = random.Random(f"fathom/plan/{split}")
+    lengths, weights = zip(*LENGTHS[split])
+    base = SPLITS.index(split) * SEED_BLOCK
+    out = []
+    for i in range(n):
+        length = rng.choices(lengths, weights)[0]
+        out.append((FAMILIES[i % len(FAMILIES)], base + i, length))
+    return out
+
+
+def build(split: str, n: int | None = None, *, progress: Any = None) -> dict[str, Any]:
+    """Generate the split's tasks and return its manifest (not written)."""
+    n = n or DEFAULT_N[split]
+    rows = []
+    for family, seed, length in plan(split, n):
+        t = generate(family, seed, length)
+        if split_of_seed(seed) != split:
+            raise AssertionError(f"seed {seed} planned for {split} belongs to {split_of_seed(seed)}")
+        rows.append({"id": t.id, "family": family, "seed": seed, "length": length,
+                     "difficulty": t.metadata.difficulty, "template": t.metadata.template,
+                     "sha256": t.digest(), "gold_sha256": t.gold_digest()})
+        if progress:
+            progress(len(rows), n, t.id)
+    return {"split": split, "generator_version": GENERATOR_VERSION,
+            "haystack": haystack.corpus().describe(), "n": len(rows), "tasks": rows}
+
+
+def manifest_path(split: str, directory: str | Path | None = None) -> Path:
+    return Path(directory or SPLITS_DIR) / f"{split}.json"
+
+
+def write(manifest: dict[str, Any], directory: str | Path | None = None) -> Path:
+    path = manifest_path(manifest["split"], directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # One task per line keeps the pinned files diffable and small.
+    head = {k: v for k, v in manifest.items() if k != "tasks"}
+    body = ",\n".join("  " + json.dumps(r, separators=(",", ":")) for r in manifest["tasks"])
+    path.write_text(json.dumps(head, indent=1)[:-2] + ',\n "tasks": [\n' + body + "\n ]\n}\n")
+    return path
+
+
+def read(split: str, directory: str | Path | None = None) -> dict[str, Any]:
+    path = manifest_path(split, directory)
+    if split not in SPLITS:
+        raise ManifestError(f"split {split!r} is unknown; choose one of {', '.join(SPLITS)}")
+    if not path.is_file():
+        raise ManifestError(f"manifest {str(path)!r} does not exist; run `fathom tasks build --split {split}`")
+    try:
+        data = json.loads(path.read_text())
+        assert isinstance(data["tasks"], list) and data["split"] == split
+    except (ValueError, KeyError, AssertionError) as e:
+        raise ManifestError(f"manifest {str(path)!r} is malformed ({e!r}); rebuild it with "
+                            f"`fathom tasks build --split {split}`") from None
+    return data
+
+
+def verify(manifest: dict[str, Any]) -> dict[str, int]:
+    """Regenerate every task and compare digests; raises ManifestError on the first mismatch."""
+    same_hay = manifest.get("haystack", {}).get("sha256") == haystack.corpus().sha256
+    if manifest.get("generator_version") != GENERATOR_VERSION:
+        raise ManifestError(f"manifest of split {manifest['split']!r} was built by generator version "
+                            f"{manifest.get('generator_version')!r}, this is {GENERATOR_VERSION}; rebuild it")
+    checked = 0
+    for row in manifest["tasks"]:
+        t = get_task(row["id"])
+        got, want = (t.digest(), row["sha256"]) if same_hay else (t.gold_digest(), row["gold_sha256"])
+        if got != want:
+            raise ManifestError(f"task {row['id']} of split {manifest['split']!r} regenerated differently "
+                                f"({'full' if same_hay else 'gold'} sha256 {got[:12]} != {want[:12]})")
+        checked += 1
+    return {"checked": checked, "full_digest": int(same_hay)}
+
+
+def load_split(name: str, *, verify_sha: bool = False, directory: str | Path | None = None) -> list[str]:
+    """Task ids of a pinned split; with verify_sha, regenerate each and check its SHA-256."""
+    data = read(name, directory)
+    if verify_sha:
+        verify(data)
+    return [row["id"] for row in data["tasks"]]
+
+
+def stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts by family, by length tag, and by both."""
+    by_family = Counter(r["family"] for r in rows)
+    by_length = Counter(length_tag(r["length"]) for r in sorted(rows, key=lambda r: r["length"]))
+    grid: dict[str, dict[str, int]] = {}
+    for r in sorted(rows, key=lambda r: r["length"]):
+        grid.setdefault(r["family"], {}).setdefault(length_tag(r["length"]), 0)
+        grid[r["family"]][length_tag(r["length"])] += 1
+    return {"n": len(rows), "by_family": dict(sorted(by_family.items())), "by_length": dict(by_length),
+            "by_family_length": dict(sorted(grid.items())), "chars": sum(r["length"] for r in rows)}

@@ -1,0 +1,77 @@
+"""Names and values the generators plant, partitioned by split.
+
+Word lists are split three ways by index (train, test, heldout) and planted numbers carry
+their split in their residue mod 3, so no key or needle value can appear in two splits.
+"""
+
+from __future__ import annotations
+
+import random
+
+from fathom.tasks.record import SPLITS
+
+ADJECTIVES = (
+    "amber azure bronze cobalt coral crimson dusky ebony fallow golden hazel indigo ivory jade khaki lilac "
+    "maroon ochre olive pearl plum russet sable scarlet sepia silver slate tawny teal umber velvet violet "
+    "wintry ashen bright calm dim eager fleet grave hollow keen lucid mellow nimble proud quiet rapid stark"
+).split()
+
+NOUNS = (
+    "falcon heron otter badger lynx marten osprey raven thrush wren beacon bridge canal citadel delta "
+    "estuary fjord glacier harbor island jetty knoll lagoon meadow orchard quarry ridge spire summit tundra "
+    "valley anvil bellows chisel compass lantern ledger mortar pulley quill sextant spindle tiller trowel "
+    "winch yardarm zephyr"
+).split()
+
+FIRST_NAMES = (
+    "Ada Bram Cleo Dov Esme Finn Gia Hugo Iris Jude Kai Lena Milo Nia Omar Pia Quinn Rhea Saul Tova Uma "
+    "Vito Wren Xena Yara Zane Abel Bea Cyrus Dana Eli Fay Gus Hana Ivo Jana Kurt Lila Max Nell Otto Pax "
+    "Rosa Seth Tess Ugo Vera Walt"
+).split()
+
+LAST_NAMES = (
+    "Abbot Baird Crane Dunn Ellis Frost Grady Hale Irwin Joyce Kemp Lowry Marsh Noble Orton Pratt Quill "
+    "Reyes Shaw Tate Underhill Vance Webb Yates Zeller Ames Boyd Cobb Drake Eaton Fenn Gage Hayes Ives "
+    "Judd Keane Lott Mace Nash Oakes Pike Rowe Sloan Toft Upton Vail Wick York"
+).split()
+
+
+def split_index(split: str) -> int:
+    return SPLITS.index(split)
+
+
+def part(words: list[str] | tuple[str, ...], split: str) -> list[str]:
+    """The third of `words` that belongs to `split`."""
+    return list(words[split_index(split)::3])
+
+
+def keys(rng: random.Random, split: str, n: int) -> list[str]:
+    """`n` distinct `adjective-noun` keys from the split's share of the word lists."""
+    adj, noun = part(ADJECTIVES, split), part(NOUNS, split)
+    pool = [f"{a}-{b}" for a in adj for b in noun]
+    if n > len(pool):
+        raise ValueError(f"asked for {n} keys but split {split!r} has {len(pool)}")
+    return rng.sample(pool, n)
+
+
+def near_key(rng: random.Random, key: str, split: str, taken: set[str]) -> str:
+    """A key sharing one word with `key` (a near-duplicate distractor), not in `taken`."""
+    a, b = key.split("-")
+    adj, noun = part(ADJECTIVES, split), part(NOUNS, split)
+    options = [f"{a}-{x}" for x in noun] + [f"{x}-{b}" for x in adj]
+    options = [o for o in options if o not in taken and o != key]
+    return rng.choice(options)
+
+
+def value(rng: random.Random, split: str, digits: int = 7) -> int:
+    """A `digits`-digit number whose residue mod 3 is the split's index."""
+    lo, hi = 10 ** (digits - 1), 10**digits - 3
+    v = rng.randrange(lo, hi)
+    return v - v % 3 + split_index(split)
+
+
+def person_names(rng: random.Random, split: str, n: int) -> list[str]:
+    """`n` distinct `First Last` names from the split's share."""
+    first, last = part(FIRST_NAMES, split), part(LAST_NAMES, split)
+    pool = [f"{f} {l}" for f in first for l in last]
+    return rng.sample(pool, min(n, len(pool)))

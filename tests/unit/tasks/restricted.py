@@ -1,0 +1,34 @@
+"""Run a reference solution the way the sandbox would: RestrictedPython, minimal builtins, whitelisted imports."""
+
+from __future__ import annotations
+
+import importlib
+
+from RestrictedPython import compile_restricted_exec, limited_builtins, safe_builtins
+from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
+from RestrictedPython.Guards import full_write_guard, safer_getattr
+
+ALLOWED_IMPORTS = {"re", "json", "math", "statistics", "collections", "itertools", "string", "functools",
+                   "textwrap", "difflib", "heapq", "bisect"}
+
+
+def _import(name, globals=None, locals=None, fromlist=(), level=0):
+    if name not in ALLOWED_IMPORTS or level:
+        raise ImportError(f"import of {name!r} is not allowed")
+    return importlib.import_module(name)
+
+
+def run_restricted(source: str, context: str) -> list[object]:
+    """Compile under RestrictedPython's policy and run; returns every value passed to FINAL."""
+    result = compile_restricted_exec(source, filename="<reference>")
+    if result.errors:
+        raise SyntaxError("; ".join(result.errors))
+    finals: list[object] = []
+    builtins = dict(safe_builtins)
+    builtins.update(limited_builtins)
+    builtins.update({"set": set, "__import__": _import})
+    env = {"__builtins__": builtins, "_getattr_": safer_getattr, "_getitem_": default_guarded_getitem,
+           "_getiter_": default_guarded_getiter, "_write_": full_write_guard, "__name__": "sandbox",
+           "__metaclass__": type, "context": context, "FINAL": finals.append}
+    exec(result.code, env)
+    return finals
