@@ -1,0 +1,161 @@
+"""Scripted reference policies: a small OpenAI-compatible server that plays the model without one.
+
+It reads the RLM scaffold's chat (the question is in the first user message; the context
+never is) and answers with code. `reference` writes each task family's working solution
+(`fathom.tasks.reference_solution`), which proves every task is solvable with the tools.
+`no_tools` answers from the question alone and should score close to 0. The others
+exercise the harness: sub-calls and nested episodes, replies without code, crashing code.
+
+Responses are shaped like vLLM's (usage, `prompt_token_ids`, per-choice `token_ids` and
+logprobs when asked) so the capture proxy records them like a real engine's. Tokens are
+word pieces hashed to ids; each message is tokenized on its own, so every turn's prompt
+ids start with the previous turn's prompt + completion ids, as with a real chat template.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+import zlib
+from typing import Any
+
+from fathom.env_server.server import prompts
+
+POLICIES = ("reference", "no_tools", "recursive", "no_code", "crash")
+IM_START, IM_END = 0, 1
+_PIECE = re.compile(r"\s*\S+|\s+")
+_QUESTION = re.compile(r"^Question: (.*?)\n\n`context` holds", re.DOTALL)
+
+
+def tokenize(text: str) -> list[tuple[int, str]]:
+    return [(zlib.crc32(p.encode()) % 100_000 + 2, p) for p in _PIECE.findall(text)]
+
+
+def render_prompt(messages: list[dict[str, Any]]) -> list[int]:
+    ids: list[int] = []
+    for m in messages:
+        ids += [IM_START] + [i for i, _ in tokenize(f"{m['role']}\n")]
+        ids += [i for i, _ in tokenize(str(m.get("content") or ""))] + [IM_END] + [i for i, _ in tokenize("\n")]
+    return ids + [IM_START] + [i for i, _ in tokenize("assistant\n")]
+
+
+def _repl(code: str) -> str:
+    return f"```repl\n{code.rstrip()}\n```"
+
+
+def _no_tools_guess(question: str) -> str:
+    quoted = re.findall(r"['\"]([^'\"]{1,40})['\"]", question)
+    if quoted:
+        return quoted[0]
+    words = re.findall(r"[A-Za-z0-9_-]+", question)
+    return words[-1] if words else "unknown"
+
+
+def scripted_reply(policy: str, messages: list[dict[str, Any]]) -> str:
+    """The policy's next assistant message for this chat."""
+    from fathom.tasks import reference_solution
+
+    is_rlm = bool(messages) and messages[0].get("role") == "system" and messages[0].get("content") == prompts.SYSTEM_PROMPT
+    if not is_rlm:  # a plain llm() sub-call
+        prompt = str(messages[-1].get("content") or "")
+        return f"[scripted reply to a {len(prompt)}-character prompt beginning {prompt[:24]!r}]"
+    m = _QUESTION.match(str(messages[1].get("content") or ""))
+    question = m.group(1) if m else ""
+    turn = sum(1 for x in messages if x.get("role") == "assistant")
+    if question == prompts.NESTED_QUESTION:  # a nested RLM episode started by a deep llm()
+        return _repl("head = context[:60]\nprint(len(context))\nFINAL(head)")
+    if policy == "no_tools":
+        return _repl(f"FINAL({_no_tools_guess(question)!r})")
+    if policy == "recursive" and turn == 0:
+        return _repl(
+            "parts = llm_batch([context[:500], context[500:1000]])\n"
+            "deep = llm('Summarise this text.\\n' + context[:9000])\n"
+            "print(len(parts), deep[:80])"
+        )
+    if policy == "no_code" and turn == 0:
+        return "I think the answer is probably in the document somewhere."
+    if policy == "crash" and turn == 0:
+        return _repl("def f(n):\n    return f(n + 1)\nf(0)")
+    return _repl(reference_solution(question))
+
+
+def _chat_response(body: dict[str, Any], policy: str, model: str) -> dict[str, Any]:
+    messages = body.get("messages") or []
+    text = scripted_reply(policy, messages)
+    pieces = tokenize(text)
+    finish = "stop"
+    cap = body.get("max_tokens") or body.get("max_completion_tokens")
+    if cap and len(pieces) + 1 > cap:
+        pieces, finish = pieces[: max(cap - 1, 0)], "length"
+        text = "".join(p for _, p in pieces)
+    comp_ids = [i for i, _ in pieces] + ([IM_END] if finish == "stop" else [])
+    prompt_ids = render_prompt(messages)
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": finish,
+        "logprobs": None,
+    }
+    if body.get("logprobs"):
+        toks = [p for _, p in pieces] + (["<|im_end|>"] if finish == "stop" else [])
+        choice["logprobs"] = {
+            "content": [
+                {"token": t, "logprob": -0.01, "bytes": list(t.encode()), "top_logprobs": []} for t in toks
+            ]
+        }
+    out: dict[str, Any] = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model") or model,
+        "choices": [choice],
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(comp_ids),
+            "total_tokens": len(prompt_ids) + len(comp_ids),
+        },
+    }
+    if body.get("return_token_ids"):
+        choice["token_ids"] = comp_ids
+        out["prompt_token_ids"] = prompt_ids
+    return out
+
+
+def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768) -> Any:
+    """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time."""
+    from fastapi import FastAPI, HTTPException, Request
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown scripted policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    app = FastAPI(title="FATHOM scripted policy upstream")
+    app.state.policy = policy
+    app.state.calls = 0
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": model, "object": "model", "created": 0, "owned_by": "fathom", "root": model,
+                "parent": None, "max_model_len": max_model_len}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+            raise HTTPException(400, "messages: a non-empty list is required")
+        app.state.calls += 1
+        return _chat_response(body, app.state.policy, model)
+
+    @app.post("/scripted/policy")
+    async def set_policy(request: Request) -> dict[str, str]:
+        name = (await request.json()).get("policy")
+        if name not in POLICIES:
+            raise HTTPException(422, f"policy: unknown {name!r}; choose one of {', '.join(POLICIES)}")
+        app.state.policy = name
+        return {"policy": name}
+
+    return app

@@ -1,0 +1,66 @@
+"""The env server's FastAPI app: OpenEnv's routes (reset, step, state, health, schema, metadata, ws, mcp)
+for the RLM environment, plus the episode runner (`POST /episodes`, `GET /episodes/{id}`)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from fastapi import FastAPI, Query
+from openenv.core.env_server.http_server import HTTPEnvServer
+
+from fathom.config import FathomConfig
+from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
+from fathom.env_server.server.environment import RLMEnvironment
+from fathom.env_server.server.runtime import Runtime
+from fathom.protocol import EpisodeRequest, EpisodeResult
+
+
+class _RLMServer(HTTPEnvServer):
+    """Marks the environments of WebSocket sessions, so only those own (and close) their episode.
+
+    OpenEnv's HTTP `/reset` and `/step` build and close an instance per request; an episode
+    started there must outlive that instance, while a session's must die with the session.
+    """
+
+    async def _create_session(self) -> tuple[str, Any]:
+        session_id, env = await super()._create_session()
+        env.session_owned = True
+        return session_id, env
+
+
+def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None) -> FastAPI:
+    rt = Runtime(cfg, pool_factory)
+    app = FastAPI(
+        title="FATHOM env server",
+        version="0.1.0",
+        description="OpenEnv RLM environment and episode runner. Episodes: POST /episodes, GET /episodes/{id}.",
+    )
+    app.state.runtime = rt
+    server = _RLMServer(
+        functools.partial(RLMEnvironment, rt),
+        RLMAction,
+        RLMObservation,
+        max_concurrent_envs=cfg.env_server.max_concurrent_envs,
+        env_name=ENV_NAME,
+        state_cls=RLMState,
+    )
+
+    @app.post("/episodes", response_model=EpisodeResult, status_code=202, tags=["Episodes"])
+    async def start_episode(req: EpisodeRequest) -> EpisodeResult:
+        """Run a whole episode against a capture-proxy session; poll GET /episodes/{id} for the result."""
+        assert rt.episodes is not None
+        return await rt.episodes.submit(req)
+
+    @app.get("/episodes/{episode_id}", response_model=EpisodeResult, tags=["Episodes"])
+    async def get_episode(
+        episode_id: str, wait_s: float = Query(0.0, ge=0.0, le=600.0, description="Wait up to this long for the end")
+    ) -> EpisodeResult:
+        assert rt.episodes is not None
+        return await rt.episodes.get(episode_id, wait_s)
+
+    # After the episode routes, so GET /episodes/{id} wins over OpenEnv's GET /{env_name}/splits.
+    app.router.on_startup.append(rt.start)
+    server.register_routes(app)
+    app.router.on_shutdown.append(rt.stop)
+    return app

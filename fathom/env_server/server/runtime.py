@@ -1,0 +1,57 @@
+"""What every request shares: config, the sandbox pool, the thread pool for sandbox runs, the HTTP client."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Callable
+
+import httpx
+
+from fathom.config import FathomConfig
+from fathom.env_server.server.environment import StepStore
+from fathom.env_server.server.episodes import EpisodeManager
+
+
+def _default_pool(cfg: FathomConfig) -> Any:
+    from fathom.env_server.sandbox import SandboxPool
+
+    return SandboxPool(cfg.sandbox)
+
+
+class Runtime:
+    def __init__(self, cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None):
+        self.cfg = cfg
+        es = cfg.env_server
+        # A sandbox run blocks its thread, and a run waiting on a deep llm() holds one per recursion
+        # level; size for every episode at full depth so nested episodes never starve for a thread.
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=es.max_concurrent_envs * (es.max_depth + 1) + 8, thread_name_prefix="fathom-env"
+        )
+        self._pool_factory = pool_factory or _default_pool
+        self.pool: Any = None
+        self.http: httpx.AsyncClient | None = None
+        self.episodes: EpisodeManager | None = None
+        self.step_store = StepStore(es.max_concurrent_envs, es.http_episode_idle_s, es.result_retention_s)
+
+    @property
+    def default_proxy_url(self) -> str:
+        cp = self.cfg.capture_proxy
+        return self.cfg.env_server.proxy_url or f"http://{cp.host}:{cp.port}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.pool = await loop.run_in_executor(self.executor, self._pool_factory, self.cfg)
+        n = self.cfg.env_server.max_concurrent_envs * 4
+        self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+        self.episodes = EpisodeManager(self)
+
+    async def stop(self) -> None:
+        if self.episodes is not None:
+            await self.episodes.close()
+        self.step_store.close()
+        if self.http is not None:
+            await self.http.aclose()
+        if self.pool is not None:
+            self.pool.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
