@@ -1,0 +1,191 @@
+"""Host side: `SandboxPool` owns the zygote; `EpisodeSandbox` drives one episode's worker.
+
+Contract (the env server relies on it): `run()` blocks, is thread-safe across episodes,
+and never raises for anything the sandboxed code does; a killed worker leaves the
+episode dead (`alive` False) and later `run()` calls return a result saying so, because
+silently restarting would hand the model an empty namespace it did not expect.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Callable
+
+from fathom.config.sandbox import SandboxConfig
+from fathom.env_server.sandbox import layers, wire
+from fathom.env_server.sandbox.episode import EpisodeSandbox
+
+log = logging.getLogger(__name__)
+LlmHandler = Callable[[list[str]], list[str]]
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot start or serve (missing layer, zygote died); the message says what to do."""
+
+
+@dataclass
+class RunResult:
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    truncated: bool = False
+    duration_ms: float = 0.0
+    killed_reason: str | None = None
+    """None, or why the worker was killed: timeout, memory, cpu, crashed, protocol, dead (killed earlier)."""
+    final_answer: str | None = None
+    llm_calls: int = 0
+
+    def output(self, cap: int | None = None) -> str:
+        """stdout + stderr + error as the model should see it, cut at `cap` with a visible marker."""
+        parts = [p for p in (self.stdout, self.stderr, self.error) if p]
+        text = "\n".join(p.rstrip("\n") for p in parts)
+        if cap is not None and len(text) > cap:
+            return text[:cap] + f"\n[... output truncated: {len(text) - cap} more characters not shown]"
+        if self.truncated:
+            text += "\n[... output truncated by the sandbox]"
+        return text
+
+
+_BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from fathom.env_server.sandbox.zygote import main; main()"
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+class SandboxPool:
+    """Starts the pre-loaded zygote (under bubblewrap when available) and hands out episodes."""
+
+    def __init__(self, cfg: SandboxConfig | None = None) -> None:
+        self.cfg = cfg or SandboxConfig()
+        self.layers = layers.detect_layers()
+        missing = [n for n in self.cfg.required_layers if not self.layers[n]["available"]]
+        missing += [n for n in self.cfg.required_layers if n in self.cfg.disabled_layers and n not in missing]
+        if missing:
+            raise SandboxError(
+                "required sandbox layer(s) unavailable: "
+                + "; ".join(f"{n}: {self.layers[n]['detail']}" for n in missing)
+                + " (or remove them from sandbox.required_layers)"
+            )
+        self.active = [n for n, v in self.layers.items() if v["available"] and n not in self.cfg.disabled_layers]
+        self._lock = threading.Lock()
+        self._episodes: weakref.WeakSet[EpisodeSandbox] = weakref.WeakSet()
+        self._closed = False
+        self._start_zygote()
+        # One throwaway episode shows which layers a worker really gets on this machine.
+        probe = self.new_episode("")
+        self.effective_layers = list(probe.layers)
+        probe.close()
+        lost = [n for n in self.active if n not in self.effective_layers]
+        if lost:
+            log.warning("sandbox layers detected but not applied in workers: %s", ", ".join(lost))
+
+    def _start_zygote(self) -> None:
+        cfg = self.cfg
+        use_bwrap = "bwrap" in self.active
+        opts = {
+            "layers": self.active, "required": cfg.required_layers, "bwrap": use_bwrap,
+            "memory_limit_mb": cfg.memory_limit_mb, "episode_cpu_s": cfg.episode_cpu_s,
+            "file_size_mb": cfg.file_size_mb, "max_open_files": cfg.max_open_files,
+            "read_cap_chars": cfg.read_cap_chars, "recursion_limit": cfg.recursion_limit,
+        }
+        host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        argv = [sys.executable, "-I", "-c", _BOOT, _PKG_ROOT, str(child_sock.fileno()), json.dumps(opts)]
+        if use_bwrap:
+            argv = layers.bwrap_argv(cfg.tmpfs_mb, layers._bwrap_binds()) + argv
+        self._proc = subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        child_sock.close()
+        self._ctl = host_sock
+        self._ctl.settimeout(cfg.start_timeout_s)
+        try:
+            msg, _ = wire.recv(self._ctl, 1 << 20)
+        except (wire.WireError, OSError) as e:
+            err = self._stop_proc()
+            raise SandboxError(f"sandbox zygote failed to start ({e}): {err[-2000:]}") from None
+        self._ctl.settimeout(None)
+        # stderr stays a pipe only until ready; afterwards nothing reads it, so close our end.
+        self._proc.stderr.close() if self._proc.stderr else None
+        self._finalizer = weakref.finalize(self, _shutdown, self._proc, self._ctl)
+        log.info("sandbox zygote ready (layers: %s)", ", ".join(self.active))
+
+    def _stop_proc(self) -> str:
+        self._proc.kill()
+        try:
+            _, err = self._proc.communicate(timeout=10)
+        except Exception:  # noqa: BLE001
+            err = b""
+        return (err or b"").decode(errors="replace")
+
+    def _request(self, msg: dict, fds: list[int] | None = None) -> tuple[dict, list[int]]:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox pool is closed; create a new SandboxPool")
+            try:
+                wire.send(self._ctl, msg, fds)
+                return wire.recv(self._ctl, 1 << 20, want_fds=True)
+            except (wire.WireError, OSError) as e:
+                raise SandboxError(f"sandbox zygote is gone ({e}); close this pool and start a new one") from None
+
+    def new_episode(self, context: str, llm_handler: LlmHandler | None = None) -> "EpisodeSandbox":
+        """Fork a fresh worker with `context` preloaded as the variable `context`."""
+        if not isinstance(context, str):
+            raise TypeError(f"context must be a str, got {type(context).__name__}")
+        if len(context) > self.cfg.max_context_chars:
+            raise ValueError(f"context has {len(context):,} characters, over sandbox.max_context_chars "
+                             f"({self.cfg.max_context_chars:,}); raise that setting or shorten the document")
+        # The context travels as a memfd the worker maps, not through the socket: 100 MB in ~0.1 s.
+        data = context.encode("utf-8", "surrogatepass")
+        memfd = os.memfd_create("fathom-context", os.MFD_CLOEXEC)
+        host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(memfd, view):]
+            del data, view
+            msg, fds = self._request({"op": "fork", "ctx_len": os.fstat(memfd).st_size}, [child.fileno(), memfd])
+        finally:
+            os.close(memfd)
+            child.close()
+        if not msg.get("ok") or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            host.close()
+            raise SandboxError(f"sandbox zygote could not fork a worker: {msg.get('error', msg)}")
+        ep = EpisodeSandbox(self, host, fds[0], int(msg["pid"]), llm_handler)
+        ep._await_ready(self.cfg.start_timeout_s)
+        self._episodes.add(ep)
+        return ep
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for ep in list(self._episodes):
+            ep.close()
+        self._finalizer()
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _shutdown(proc: subprocess.Popen, ctl: socket.socket) -> None:
+    try:
+        wire.send(ctl, {"op": "stop"})
+    except OSError:
+        pass
+    ctl.close()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,0 +1,228 @@
+"""`EpisodeSandbox`: one episode's worker, driven over its socket with a wall-clock deadline."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from fathom.env_server.sandbox import wire
+from fathom.env_server.sandbox.worker import EXIT_MEMORY, EXIT_SETUP
+
+if TYPE_CHECKING:
+    from fathom.env_server.sandbox.api import RunResult, SandboxPool
+
+
+class _Deadline(Exception):
+    pass
+
+
+class EpisodeSandbox:
+    """A worker forked for one episode; variables persist across `run` calls until `close`."""
+
+    def __init__(self, pool: "SandboxPool", sock: socket.socket, pidfd: int, pid: int,
+                 llm_handler: Callable[[list[str]], list[str]] | None) -> None:
+        self._pool, self._sock, self._pidfd, self._pid = pool, sock, pidfd, pid
+        self._llm = llm_handler
+        self._lock = threading.Lock()
+        self._closed = False
+        self._dead_reason: str | None = None
+        self.final_answer: str | None = None
+        self.layers: list[str] = []
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._dead_reason is None
+
+    # --- start-up -------------------------------------------------------------------------
+    def _await_ready(self, timeout_s: float) -> None:
+        from fathom.env_server.sandbox.api import SandboxError
+
+        try:
+            msg = self._recv(time.monotonic() + timeout_s)
+        except (_Deadline, wire.WireError, OSError) as e:
+            reason = self._kill_and_reason("timeout" if isinstance(e, _Deadline) else None)
+            self.close()
+            raise SandboxError(f"sandbox worker did not start ({reason}): {e}") from None
+        if msg.get("op") != "ready":
+            self.close()
+            raise SandboxError(f"sandbox worker failed to start: {msg.get('error', msg)}")
+        self.layers = list(msg.get("layers", []))
+        missing = [n for n in self._pool.cfg.required_layers if n not in self.layers]
+        if missing:
+            self.close()
+            raise SandboxError(f"sandbox worker started without required layer(s) {missing}; "
+                               "see `fathom doctor`")
+
+    # --- framing with a deadline ----------------------------------------------------------------
+    def _recv(self, deadline: float) -> dict[str, Any]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Deadline()
+        r, _, _ = select.select([self._sock], [], [], left)
+        if not r:
+            raise _Deadline()
+        # The worker may stall mid-frame; the socket timeout keeps the deadline honest.
+        self._sock.settimeout(max(0.001, deadline - time.monotonic()))
+        try:
+            msg, _ = wire.recv(self._sock, self._pool.cfg.max_message_bytes)
+        except socket.timeout:
+            raise _Deadline() from None
+        finally:
+            self._sock.settimeout(None)
+        return msg
+
+    def run(self, code: str) -> "RunResult":
+        from fathom.env_server.sandbox.api import RunResult
+
+        t0 = time.monotonic()
+        with self._lock:
+            res = self._run_locked(code, t0)
+        res.duration_ms = (time.monotonic() - t0) * 1000.0
+        if res.final_answer is not None:
+            self.final_answer = res.final_answer
+        return res
+
+    def _run_locked(self, code: str, t0: float) -> "RunResult":
+        from fathom.env_server.sandbox.api import RunResult
+
+        cfg = self._pool.cfg
+        if self._closed:
+            return RunResult(error="this episode's sandbox is closed; start a new episode", killed_reason="dead")
+        if self._dead_reason is not None:
+            return RunResult(error=f"this episode's sandbox worker was killed earlier ({self._dead_reason}); "
+                                   "its variables are gone", killed_reason="dead")
+        if not isinstance(code, str):
+            return RunResult(error=f"code must be a str, got {type(code).__name__}")
+        if len(code) > cfg.max_code_chars:
+            return RunResult(error=f"code is {len(code):,} characters, over the {cfg.max_code_chars:,}-character "
+                                   "limit (sandbox.max_code_chars); send shorter code")
+        if "\x00" in code:
+            return RunResult(error=f"code contains a null byte (\\x00) at offset {code.index(chr(0))}; remove it")
+        deadline = t0 + cfg.call_timeout_s
+        try:
+            wire.send(self._sock, {"op": "run", "code": code})
+            while True:
+                msg = self._recv(deadline)
+                op = msg.get("op")
+                if op == "llm":
+                    started = time.monotonic()
+                    self._answer_llm(msg)
+                    deadline += time.monotonic() - started  # waiting on the model is not the code's time
+                elif op == "done":
+                    return _result_from(msg, cfg.read_cap_chars)
+                else:
+                    raise wire.WireError(f"unexpected message {op!r}")
+        except _Deadline:
+            reason = self._kill_and_reason("timeout")
+            return RunResult(error=f"killed: the code ran past the {cfg.call_timeout_s:g} s deadline "
+                                   "(sandbox.call_timeout_s); the episode's variables are gone",
+                             killed_reason=reason)
+        except wire.WireError as e:
+            protocol = "exceeds" in str(e) or "unexpected" in str(e) or "undecodable" in str(e)
+            reason = self._kill_and_reason("protocol" if protocol else None)
+            return RunResult(error=f"killed: the sandbox worker {_describe(reason)}; the episode's variables "
+                                   "are gone", killed_reason=reason)
+        except OSError:
+            reason = self._kill_and_reason(None)
+            return RunResult(error=f"killed: the sandbox worker {_describe(reason)}", killed_reason=reason)
+
+    def _answer_llm(self, msg: dict[str, Any]) -> None:
+        prompts = msg.get("prompts")
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise wire.WireError("unexpected llm request shape")
+        if self._llm is None:
+            reply = {"ok": False, "error": "llm() is not available in this episode (no model is attached)"}
+        else:
+            try:
+                results = self._llm(prompts)
+                if not isinstance(results, list) or len(results) != len(prompts):
+                    raise RuntimeError(f"handler returned {type(results).__name__} of the wrong length")
+                reply = {"ok": True, "results": [str(r) for r in results]}
+            except Exception as e:  # noqa: BLE001 - the sandbox code sees the failure, the episode goes on
+                reply = {"ok": False, "error": f"llm() failed: {type(e).__name__}: {e}"}
+        wire.send(self._sock, reply)
+
+    # --- ending -------------------------------------------------------------------------------
+    def _kill_and_reason(self, reason: str | None) -> str:
+        """SIGKILL the worker, reap it through the zygote and name why it ended."""
+        self._signal_kill()
+        status: dict[str, Any] = {}
+        try:
+            status, _ = self._pool._request({"op": "status", "pid": self._pid})
+        except Exception:  # noqa: BLE001 - a gone zygote still leaves the episode dead
+            pass
+        if reason is None:
+            sig, code = status.get("signal"), status.get("exit_code")
+            if code == EXIT_MEMORY:
+                reason = "memory"
+            elif sig == signal.SIGXCPU:
+                reason = "cpu"
+            elif sig == signal.SIGKILL:
+                reason = "memory"  # SIGKILL we did not send: the kernel's OOM killer or the CPU hard limit
+            else:
+                reason = "crashed"
+        self._dead_reason = reason
+        self._close_fds()
+        return reason
+
+    def _signal_kill(self) -> None:
+        if self._pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _close_fds(self) -> None:
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        self._sock.close()
+
+    def close(self) -> None:
+        """End the episode: kill and reap its worker. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._pidfd >= 0:
+                self._signal_kill()
+                try:
+                    self._pool._request({"op": "status", "pid": self._pid})
+                except Exception:  # noqa: BLE001 - pool already closed: the zygote reaped it
+                    pass
+            self._close_fds()
+
+    def __enter__(self) -> "EpisodeSandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _describe(reason: str) -> str:
+    return {
+        "memory": "ran out of memory", "cpu": "used up its CPU time (sandbox.episode_cpu_s)",
+        "protocol": "sent an oversized or malformed message", "crashed": "crashed",
+    }.get(reason, reason)
+
+
+def _result_from(msg: dict[str, Any], cap: int) -> "RunResult":
+    from fathom.env_server.sandbox.api import RunResult
+
+    def text(key: str) -> str:
+        v = msg.get(key)
+        return v[:cap] if isinstance(v, str) else ""
+
+    err = msg.get("error")
+    final = msg.get("final_answer")
+    calls = msg.get("llm_calls")
+    return RunResult(
+        stdout=text("stdout"), stderr=text("stderr"), error=err[:cap] if isinstance(err, str) else None,
+        truncated=bool(msg.get("truncated")), final_answer=final[:cap * 10] if isinstance(final, str) else None,
+        llm_calls=calls if isinstance(calls, int) else 0,
+    )
