@@ -22,10 +22,12 @@ _RECORD_ID = re.compile(r"\bR\d{6}\b", re.I)
 
 def normalize(text: str) -> str:
     """Casefold, drop an `answer:` label, wrapping quotes/brackets, trailing punctuation and extra spaces."""
-    s = _PREFIX.sub("", text.strip(), count=1).strip()
-    while len(s) >= 2 and _WRAP.get(s[0]) == s[-1]:
-        s = s[1:-1].strip()
-    s = s.rstrip(".!;,").strip()
+    s, prev = text.strip(), None
+    while s != prev:  # peel labels, wrappers and end punctuation in any nesting order
+        prev = s
+        s = _PREFIX.sub("", s, count=1).strip().rstrip(".!;,").strip()
+        if len(s) >= 2 and _WRAP.get(s[0]) == s[-1]:
+            s = s[1:-1].strip()
     return " ".join(s.casefold().split())
 
 

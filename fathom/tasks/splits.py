@@ -51,6 +51,8 @@ def plan(split: str, n: int) -> list[tuple[str, int, int]]:
 
 def build(split: str, n: int | None = None, *, progress: Any = None) -> dict[str, Any]:
     """Generate the split's tasks and return its manifest (not written)."""
+    if split not in SPLITS:
+        raise ManifestError(f"split {split!r} is unknown; choose one of {', '.join(SPLITS)}")
     n = n or DEFAULT_N[split]
     rows = []
     for family, seed, length in plan(split, n):

@@ -1,0 +1,52 @@
+"""Reference solutions solve generated tasks from the question alone, under RestrictedPython's rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from fathom.tasks import FAMILIES, generate, get_task, load_split, reference_solution, score
+from tests.unit.tasks.restricted import run_restricted
+
+
+def _solve(task) -> str | None:
+    finals = run_restricted(reference_solution(task.question), task.context)
+    assert len(finals) == 1, f"{task.id}: FINAL called {len(finals)} times"
+    return None if finals[0] is None else str(finals[0])
+
+
+def test_solves_the_whole_test_split() -> None:
+    ids = load_split("test")
+    wrong = []
+    for tid in ids:
+        t = get_task(tid)
+        rc = score(t, _solve(t), via_final=True, total_tokens=0, llm_calls=0)
+        if not rc.correct:
+            wrong.append(tid)
+    assert not wrong, f"reference solutions missed {len(wrong)}/{len(ids)}: {wrong[:5]}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("split_base", [0, 1_000_000, 2_000_000])
+def test_every_template_and_tier(family: str, split_base: int) -> None:
+    for offset in range(9):  # every difficulty tier, several template draws, both distractor settings
+        for d in (None, False):
+            t = generate(family, split_base + offset, 4096 if offset % 2 else 24576, distractors=d)
+            assert score(t, _solve(t), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
+
+
+def test_wrong_reference_for_another_task_is_scored_wrong() -> None:
+    a, b = generate("needle", 4, 8192), generate("needle", 5, 8192)
+    assert not score(b, _solve(a), via_final=True, total_tokens=0, llm_calls=0).correct
+
+
+def test_sources_stay_inside_the_sandbox_rules() -> None:
+    for family in FAMILIES:
+        src = reference_solution(generate(family, 2, 8192).question)
+        assert "__" not in src and "open(" not in src and "eval(" not in src
+        imports = [ln for ln in src.splitlines() if ln.startswith(("import ", "from "))]
+        assert imports == ["import re"]
+
+
+def test_unknown_question_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="generated tasks only"):
+        reference_solution("What is the meaning of life?")

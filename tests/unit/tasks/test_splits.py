@@ -1,0 +1,112 @@
+"""Pinned manifests: loading, SHA-256 verification, and no seed, value or template shared across splits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fathom.tasks import FAMILIES, get_task, load_split
+from fathom.tasks import splits
+from fathom.tasks.families import MODULES
+from fathom.tasks.families.records import OPENERS, PHRASES
+from fathom.tasks.record import SPLITS, split_of_seed
+
+
+@pytest.fixture(scope="module")
+def manifests():
+    return {s: splits.read(s) for s in SPLITS}
+
+
+def test_pinned_sizes_and_lengths(manifests) -> None:
+    assert len(manifests["train"]["tasks"]) == 1000
+    assert 100 <= len(manifests["test"]["tasks"]) <= 200
+    test_lengths = [r["length"] for r in manifests["test"]["tasks"]]
+    assert max(test_lengths) <= 2**20 and sum(n > 2**18 for n in test_lengths) <= 15
+    assert max(r["length"] for r in manifests["heldout"]["tasks"]) == 10 * 2**20
+    for m in manifests.values():
+        assert {r["family"] for r in m["tasks"]} == set(FAMILIES)
+        assert m["haystack"]["source"] in ("stdlib", "synthetic") and len(m["haystack"]["sha256"]) == 64
+
+
+def test_seeds_values_and_templates_are_disjoint(manifests) -> None:
+    seeds = {s: {r["seed"] for r in m["tasks"]} for s, m in manifests.items()}
+    templates = {s: {r["template"] for r in m["tasks"]} for s, m in manifests.items()}
+    for s, m in manifests.items():
+        assert all(split_of_seed(r["seed"]) == s for r in m["tasks"])
+    values = {}
+    for s in ("train", "test"):
+        vals = set()
+        for r in manifests[s]["tasks"]:
+            if r["family"] in ("needle", "kv_chain") and r["length"] <= 2**16:
+                vals |= set(get_task(r["id"]).metadata.values)
+        values[s] = vals
+    assert values["train"] and values["test"]
+    assert not values["train"] & values["test"]
+    for a, b in (("train", "test"), ("train", "heldout"), ("test", "heldout")):
+        assert not seeds[a] & seeds[b]
+        assert not templates[a] & templates[b]
+
+
+def test_template_text_is_disjoint_across_splits() -> None:
+    for family, mod in MODULES.items():
+        seen: dict[str, str] = {}
+        for split, kinds in mod.TEMPLATES.items():
+            for texts in kinds.values():
+                for text in texts:
+                    assert seen.setdefault(text, split) == split, f"{family} template shared: {text!r}"
+    for table in (PHRASES, OPENERS):
+        flat = [(s, p) for s, v in table.items() for p in (v if isinstance(v, list) else sum(v.values(), []))]
+        assert len({p for _, p in flat}) == len(flat)
+
+
+def test_load_split_ids_regenerate_and_verify(manifests) -> None:
+    ids = load_split("test", verify_sha=True)
+    assert ids == [r["id"] for r in manifests["test"]["tasks"]]
+    assert len(set(ids)) == len(ids)
+
+
+def test_verify_catches_tampering(tmp_path, manifests) -> None:
+    m = json.loads(json.dumps(manifests["test"]))
+    m["tasks"] = m["tasks"][:3]
+    m["tasks"][1]["sha256"] = "0" * 64
+    m["tasks"][1]["gold_sha256"] = "0" * 64
+    splits.write(m, tmp_path)
+    assert load_split("test", directory=tmp_path) == [r["id"] for r in m["tasks"]]
+    with pytest.raises(splits.ManifestError, match=m["tasks"][1]["id"]):
+        load_split("test", verify_sha=True, directory=tmp_path)
+
+
+def test_foreign_haystack_checks_gold_digest(tmp_path, manifests) -> None:
+    m = json.loads(json.dumps(manifests["test"]))
+    m["tasks"] = m["tasks"][:5]
+    m["haystack"]["sha256"] = "f" * 64  # as if built on another Python patch version
+    for r in m["tasks"]:
+        r["sha256"] = "0" * 64
+    assert splits.verify(m) == {"checked": 5, "full_digest": 0}
+
+
+def test_build_is_deterministic(tmp_path) -> None:
+    a, b = splits.build("heldout", 6), splits.build("heldout", 6)
+    assert a == b
+    path = splits.write(a, tmp_path)
+    assert splits.read("heldout", tmp_path)["tasks"] == a["tasks"]
+    assert path.read_text().count("\n") > 6  # one task per line
+
+
+def test_manifest_errors_say_what_to_do(tmp_path) -> None:
+    with pytest.raises(splits.ManifestError, match="fathom tasks build --split test"):
+        splits.read("test", tmp_path)
+    (tmp_path / "test.json").write_text("{not json")
+    with pytest.raises(splits.ManifestError, match="malformed"):
+        splits.read("test", tmp_path)
+    with pytest.raises(splits.ManifestError, match="unknown"):
+        load_split("dev")
+
+
+def test_stats_counts() -> None:
+    rows = [{"family": "needle", "length": 1024}, {"family": "needle", "length": 2**20}, {"family": "pairs", "length": 1024}]
+    s = splits.stats(rows)
+    assert s["by_family"] == {"needle": 2, "pairs": 1}
+    assert s["by_length"] == {"1k": 2, "1m": 1}
+    assert s["by_family_length"]["needle"] == {"1k": 1, "1m": 1}
