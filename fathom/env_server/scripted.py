@@ -20,6 +20,8 @@ import uuid
 import zlib
 from typing import Any
 
+from fastapi import FastAPI, HTTPException, Request
+
 from fathom.env_server.server import prompts
 
 POLICIES = ("reference", "no_tools", "recursive", "no_code", "crash")
@@ -122,10 +124,8 @@ def _chat_response(body: dict[str, Any], policy: str, model: str) -> dict[str, A
     return out
 
 
-def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768) -> Any:
+def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768) -> FastAPI:
     """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time."""
-    from fastapi import FastAPI, HTTPException, Request
-
     if policy not in POLICIES:
         raise ValueError(f"unknown scripted policy {policy!r}; choose one of {', '.join(POLICIES)}")
     app = FastAPI(title="FATHOM scripted policy upstream")

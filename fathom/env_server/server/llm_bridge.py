@@ -134,7 +134,7 @@ class ProxyClient:
             r = await http.post(f"{base}/sessions", json=create.model_dump(mode="json"), timeout=timeout_s)
         except httpx.HTTPError as e:
             raise ProxyError("unreachable", f"capture proxy at {base} unreachable: {e!r}") from e
-        if r.status_code != 200:
+        if not r.is_success:
             raise _status_error(r, base)
         info = SessionInfo.model_validate(r.json())
         return cls(http, base, info.session_id, timeout_s)

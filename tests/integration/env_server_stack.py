@@ -1,0 +1,152 @@
+"""Start the real pieces of an episode as subprocesses: scripted upstream (or vLLM), capture proxy, env server.
+
+Every process runs in its own process group and is stopped (group-wide) on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+FATHOM = str(ROOT / ".venv" / "bin" / "fathom")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    def __init__(self, name: str, args: list[str], log: Path):
+        self.name, self.log = name, log
+        self.fh = open(log, "wb")
+        self.p = subprocess.Popen(args, stdout=self.fh, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+                                  env=os.environ | {"PYTHONUNBUFFERED": "1"})
+
+    def wait_http(self, url: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.p.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.p.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name} did not answer {url} in {timeout_s}s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGTERM)
+                self.p.wait(timeout=10)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                try:
+                    os.killpg(self.p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.p.wait(timeout=10)
+        self.fh.close()
+
+
+class Stack:
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.procs: list[Proc] = []
+        self.upstream_url = self.proxy_url = self.env_url = ""
+
+    def start(self, *, upstream_url: str | None = None, policy: str = "reference", model: str = "fathom-base",
+              env_overrides: dict[str, object] | None = None, proxy_up: bool = True) -> "Stack":
+        if upstream_url is None:
+            port = free_port()
+            self.upstream_url = f"http://127.0.0.1:{port}"
+            up = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", policy, "--port", str(port),
+                                            "--model", model], self.tmp / "scripted.log")
+            self.procs.append(up)
+        else:
+            self.upstream_url = upstream_url
+        pport, eport = free_port(), free_port()
+        self.proxy_url, self.env_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{eport}"
+        env_lines = "\n".join(f"{k} = {_toml(v)}" for k, v in (env_overrides or {}).items())
+        cfg = self.tmp / "stack.toml"
+        cfg.write_text(
+            f'[policy_server]\nserved_model_name = "{model}"\n\n'
+            f'[capture_proxy]\nport = {pport}\nupstream_url = "{self.upstream_url}"\n\n'
+            f'[env_server]\nport = {eport}\nproxy_url = "{self.proxy_url}"\n{env_lines}\n'
+        )
+        if proxy_up:
+            self.procs.append(Proc("capture proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)],
+                                   self.tmp / "proxy.log"))
+        self.procs.append(Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
+                               self.tmp / "env.log"))
+        urls = {"scripted upstream": f"{self.upstream_url}/health", "capture proxy": f"{self.proxy_url}/metrics",
+                "env server": f"{self.env_url}/health"}
+        for p in self.procs:
+            p.wait_http(urls[p.name])
+        return self
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+    def set_policy(self, policy: str) -> None:
+        httpx.post(f"{self.upstream_url}/scripted/policy", json={"policy": policy}, timeout=10).raise_for_status()
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return str(v)
+
+
+@contextmanager
+def running_stack(tmp: Path, **kw: object) -> Iterator[Stack]:
+    s = Stack(tmp)
+    try:
+        yield s.start(**kw)  # type: ignore[arg-type]
+    finally:
+        s.stop()
+
+
+def run_episodes(env_url: str, bodies: list[dict], timeout_s: float = 600.0) -> list[dict]:
+    """POST every episode at once, then collect each result (long-polling GET /episodes/{id})."""
+    with httpx.Client(base_url=env_url, timeout=60) as c:
+        ids = []
+        for b in bodies:
+            r = c.post("/episodes", json=b)
+            assert r.status_code == 202, r.text
+            ids.append(r.json()["episode_id"])
+        deadline = time.monotonic() + timeout_s
+        out = []
+        for eid in ids:
+            while True:
+                r = c.get(f"/episodes/{eid}", params={"wait_s": 30}, timeout=60)
+                r.raise_for_status()
+                res = r.json()
+                if res["status"] in ("done", "error") or time.monotonic() > deadline:
+                    out.append(res)
+                    break
+        return out
+
+
+if __name__ == "__main__":  # manual poking: python tests/integration/env_server_stack.py
+    import tempfile
+
+    with running_stack(Path(tempfile.mkdtemp())) as st:
+        print(st.env_url, st.proxy_url, st.upstream_url, flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    sys.exit(0)
