@@ -117,7 +117,9 @@ def prepare_embedded(out: Path | None = None, force: bool = False) -> Path:
     (d / MANIFEST).unlink(missing_ok=True)
     quant = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     # A GGUF-loaded model refuses save_pretrained; a fresh model with copied tensors does not.
-    model = AutoModelForCausalLM.from_config(quant.config, dtype=torch.float32)
+    # Its config must lose the gguf quantization_config too, or vLLM tries to load it as GGUF.
+    plain = {k: v for k, v in quant.config.to_dict().items() if k not in ("quantization_config", "_model_name_or_path")}
+    model = AutoModelForCausalLM.from_config(type(quant.config).from_dict(plain), dtype=torch.float32)
     model.load_state_dict({k: v.detach().clone() for k, v in quant.state_dict().items()})
     tok = _load_gguf_tokenizer(gguf)
     model.generation_config.eos_token_id = tok.eos_token_id

@@ -9,7 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from fathom.config.model import TINY
-from fathom.policy_server.models import TINY_DIRNAME, _load_gguf_tokenizer, _write_manifest, embedded_gguf, is_prepared, models_dir
+from fathom.policy_server.models import (
+    MANIFEST,
+    TINY_DIRNAME,
+    _load_gguf_tokenizer,
+    _write_manifest,
+    embedded_gguf,
+    is_prepared,
+    models_dir,
+)
 
 
 def build_tiny(out: Path | None = None, force: bool = False, seed: int = 0) -> Path:

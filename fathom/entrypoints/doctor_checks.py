@@ -1,0 +1,54 @@
+"""What `fathom doctor` reports: venvs, vLLM, prepared models, sandbox layers, GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _vllm_check(python: str) -> tuple[bool, str]:
+    if not Path(python).exists():
+        return False, f"{python} missing; run `make setup`"
+    try:
+        out = subprocess.run(
+            [python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        return False, "import vllm timed out"
+    if out.returncode != 0:
+        return False, out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "import failed"
+    return True, f"vllm {out.stdout.strip()} ({python})"
+
+
+def run_checks() -> None:
+    from fathom.config import load_config
+    from fathom.config.model import ModelConfig
+    from fathom.policy_server.launch import detect_device
+    from fathom.policy_server.models import ModelError, resolve_model
+
+    cfg = load_config(None)
+    rows: list[tuple[str, bool, str]] = []
+    device = detect_device("auto")
+    rows.append(("device", True, device + (" (nvidia-smi found)" if device == "cuda" else " (no GPU)")))
+    rows.append(("vllm", *_vllm_check(cfg.policy_server.vllm_python)))
+    for name in ("embedded", "tiny"):
+        try:
+            rows.append((f"model:{name}", True, resolve_model(ModelConfig(name=name))))
+        except ModelError as e:
+            rows.append((f"model:{name}", False, str(e)))
+    rows.append(("bwrap", shutil.which("bwrap") is not None, shutil.which("bwrap") or "not installed (apt-get install bubblewrap)"))
+    try:
+        from fathom.env_server.sandbox import detect_layers
+
+        for layer, info in detect_layers().items():
+            rows.append((f"sandbox:{layer}", bool(info.get("available")), str(info.get("detail", ""))))
+    except ImportError as e:
+        rows.append(("sandbox", False, f"sandbox package unavailable: {e}"))
+    table = Table("check", "ok", "detail", title="fathom doctor")
+    for name, ok, detail in rows:
+        table.add_row(name, "[green]yes[/]" if ok else "[red]no[/]", detail)
+    Console().print(table)

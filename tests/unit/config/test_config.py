@@ -1,0 +1,97 @@
+"""Config tree: TOML round trip, dotted overrides, cross-checks that name both fields."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fathom.config import ConfigError, FathomConfig, load_config, write_resolved
+from fathom.config.base import apply_overrides
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_configs_validate_and_round_trip(path, tmp_path):
+    cfg = load_config(path)
+    out = write_resolved(cfg, tmp_path)
+    again = FathomConfig.model_validate(json.loads(out.read_text()))
+    assert again == cfg
+
+
+def test_shipped_configs_are_what_the_issue_names():
+    smoke = load_config(ROOT / "configs/smoke.toml")
+    assert smoke.model.name == "embedded" and smoke.policy_server.device == "cpu"
+    prod = load_config(ROOT / "configs/qwen1.5b-a100.toml")
+    assert prod.model.name == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    assert prod.model.dtype == "bfloat16" and prod.trainer.lora.rank == 16
+
+
+def test_dotted_overrides_both_spellings():
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.learning_rate", "1e-6", "policy_server.port=9000"])
+    assert cfg.trainer.learning_rate == 1e-6
+    assert cfg.policy_server.port == 9000
+
+
+def test_override_parses_toml_values_and_keeps_strings():
+    out = apply_overrides({}, ["a.b=true", "a.c=[1, 2]", "a.d=hello", "--a.e", '"x y"'])
+    assert out == {"a": {"b": True, "c": [1, 2], "d": "hello", "e": "x y"}}
+
+
+def test_override_without_value_is_an_error():
+    with pytest.raises(ConfigError, match="trainer.learning_rate"):
+        load_config(None, ["--trainer.learning_rate"])
+
+
+def test_unknown_key_names_its_location():
+    with pytest.raises(ConfigError, match="trainer.learnin_rate"):
+        load_config(None, ["--trainer.learnin_rate", "1"])
+
+
+def test_missing_and_broken_files_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="nope.toml"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model\nname=1")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fields"),
+    [
+        (["--server_model.name", "other/model"], ["server_model.name", "model.name"]),
+        (["--server_model.name", "embedded", "--server_model.dtype", "bfloat16"], ["server_model.dtype", "model.dtype"]),
+        (["--trainer.lora.rank", "32"], ["trainer.lora.rank", "policy_server.max_lora_rank"]),
+        (["--policy_server.max_loras", "3", "--trainer.max_staleness", "2"], ["policy_server.max_loras", "trainer.max_staleness"]),
+        (["--policy_server.enable_lora", "false"], ["policy_server.weight_sync", "policy_server.enable_lora"]),
+    ],
+)
+def test_cross_checks_reject_bad_combinations_naming_both_fields(overrides, fields):
+    with pytest.raises(ConfigError) as exc:
+        load_config(ROOT / "configs/smoke.toml", overrides)
+    for field in fields:
+        assert field in str(exc.value)
+
+
+def test_cross_checks_accept_the_boundary():
+    cfg = load_config(None, ["--policy_server.max_loras", "4", "--trainer.max_staleness", "2", "--trainer.lora.rank", "16"])
+    assert cfg.policy_server.max_loras == 4
+
+
+def test_every_field_is_documented():
+    missing = []
+
+    def walk(model_cls, prefix):
+        for name, field in model_cls.model_fields.items():
+            if not field.description:
+                missing.append(prefix + name)
+            ann = field.annotation
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                walk(ann, f"{prefix}{name}.")
+
+    walk(FathomConfig, "")
+    assert missing == []

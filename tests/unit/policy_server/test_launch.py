@@ -1,0 +1,130 @@
+"""The vLLM launcher without vLLM: argv, port in use, missing model, death at start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from fathom.config import load_config
+from fathom.policy_server.launch import PolicyServer, PolicyServerError, build_command
+
+
+def _cfg(*overrides: str):
+    return load_config(None, list(overrides))
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    return d
+
+
+def test_cpu_command_has_what_the_pipeline_needs():
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.enforce_eager", "true")
+    argv, env = build_command(cfg.policy_server, cfg.model, "/m")
+    joined = " ".join(argv)
+    assert argv[0] == cfg.policy_server.vllm_python
+    assert "--served-model-name fathom-base" in joined
+    assert "--logprobs-mode processed_logprobs" in joined
+    assert "--dtype float32" in joined
+    assert "--enable-lora --max-lora-rank 16 --max-loras 4" in joined
+    assert "--enforce-eager" in argv
+    assert "--weight-transfer-config" not in argv
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1" and env["VLLM_SERVER_DEV_MODE"] == "1"
+
+
+def test_gpu_merged_sync_adds_nccl_weight_transfer():
+    cfg = _cfg("--policy_server.device", "cuda", "--policy_server.weight_sync", "merged", "--model.dtype", "bfloat16")
+    argv, _ = build_command(cfg.policy_server, cfg.model, "/m")
+    i = argv.index("--weight-transfer-config")
+    assert json.loads(argv[i + 1]) == {"backend": "nccl"}
+    assert "--enforce-eager" not in argv and "--dtype" in argv and "bfloat16" in argv
+
+
+def test_missing_model_directory_is_named(tmp_path):
+    cfg = _cfg("--policy_server.device", "cpu")
+    server = PolicyServer(cfg.policy_server, cfg.model, str(tmp_path / "absent"), tmp_path)
+    with pytest.raises(PolicyServerError, match="absent.*fathom model prepare"):
+        server.start()
+    assert server.proc is None
+
+
+def test_port_in_use_is_named_and_nothing_starts(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg = _cfg("--policy_server.device", "cpu", "--policy_server.port", str(port))
+        server = PolicyServer(cfg.policy_server, cfg.model, str(_model_dir(tmp_path)), tmp_path)
+        with pytest.raises(PolicyServerError, match=f"port {port}.*in use"):
+            server.start()
+        assert server.proc is None
+
+
+def _fake_vllm(tmp_path: Path, body: str) -> Path:
+    """A stand-in interpreter for fault injection: ignores its argv and runs `body` in bash."""
+    script = tmp_path / "fake-python"
+    script.write_text("#!/usr/bin/env bash\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_death_at_startup_shows_last_50_lines_and_leaves_no_process(tmp_path):
+    fake = _fake_vllm(
+        tmp_path,
+        # A child that would outlive its parent if the group were not killed.
+        "sleep 300 &\necho $! > " + str(tmp_path / "child.pid") + "\n"
+        "for i in $(seq 1 80); do echo \"log line $i\"; done\nexit 3\n",
+    )
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.vllm_python", str(fake),
+               "--policy_server.port", str(_free_port()))
+    server = PolicyServer(cfg.policy_server, cfg.model, str(_model_dir(tmp_path)), tmp_path / "logs")
+    server.start()
+    with pytest.raises(PolicyServerError) as exc:
+        server.wait_healthy(timeout_s=30)
+    msg = str(exc.value)
+    assert "exited with code 3" in msg
+    assert "log line 80" in msg and "log line 31" in msg and "log line 30\n" not in msg
+    child = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child), "the server's process group must be gone"
+
+
+def test_startup_timeout_stops_the_group(tmp_path):
+    fake = _fake_vllm(tmp_path, "echo starting\nexec sleep 300\n")
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.vllm_python", str(fake),
+               "--policy_server.port", str(_free_port()))
+    server = PolicyServer(cfg.policy_server, cfg.model, str(_model_dir(tmp_path)), tmp_path / "logs")
+    server.start()
+    pid = server.proc.pid
+    with pytest.raises(PolicyServerError, match="did not become healthy within 1 s"):
+        server.wait_healthy(timeout_s=1)
+    assert not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
