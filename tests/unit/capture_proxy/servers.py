@@ -97,9 +97,11 @@ class FakeEngine:
         # ids start with a shorter one's, like a real chat template's.
         if "messages" in body:
             text = "".join(f"<{m['role']}>{m['content']}" for m in body["messages"])
+            prompt = [ord(c) % 1000 for c in text]
+        elif isinstance(body["prompt"], str):
+            prompt = [ord(c) % 1000 for c in body["prompt"]]
         else:
-            text = body["prompt"] if isinstance(body["prompt"], str) else "".join(chr(65 + t % 26) for t in body["prompt"])
-        prompt = [ord(c) % 1000 for c in text]
+            prompt = list(body["prompt"])
         completion = [100 + i for i in range(self.completion_len)]
         logprobs: list[Any] = [-0.25 * (i + 1) for i in range(self.completion_len)]
         if self.mode == "nan":

@@ -1,0 +1,79 @@
+"""Version pinning: sessions keep the policy they were opened with; new sessions get the newest one."""
+
+from __future__ import annotations
+
+from fathom.capture_proxy.pinning import newest_adapter
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def test_newest_adapter_picks_highest_version_of_this_base():
+    cards = [
+        {"id": "base", "parent": None},
+        {"id": "trl-policy-v2", "parent": "base"},
+        {"id": "trl-policy-v10", "parent": "base"},
+        {"id": "trl-policy-v99", "parent": "other-base"},
+        {"id": "trl-policy-v11-draft", "parent": "base"},
+    ]
+    pin = newest_adapter(cards, "base", "trl-policy-v")
+    assert (pin.model, pin.version) == ("trl-policy-v10", 10)
+    assert newest_adapter(cards[:1], "base", "trl-policy-v") is None
+
+
+def test_sessions_opened_after_an_adapter_sync_use_it_and_earlier_ones_keep_theirs(proxy, engine):
+    fake, _ = engine
+    before = proxy.open()
+    assert (before["model"], before["policy_version"]) == ("fake-base", 0)
+    fake.adapters = ["trl-policy-v1"]
+    v1 = proxy.open()
+    assert (v1["model"], v1["policy_version"]) == ("trl-policy-v1", 1)
+    fake.adapters = ["trl-policy-v1", "trl-policy-v2"]
+    v2 = proxy.open()
+    assert (v2["model"], v2["policy_version"]) == ("trl-policy-v2", 2)
+    for info, model in ((before, "fake-base"), (v1, "trl-policy-v1"), (v2, "trl-policy-v2")):
+        r = proxy.chat(info["session_id"], USER)
+        assert r.status_code == 200 and r.headers["X-Fathom-Policy-Version"] == str(info["policy_version"])
+        assert fake.requests[-1]["model"] == model
+    trace = proxy.http.get(f"/sessions/{v1['session_id']}/trace").json()
+    assert trace["turns"][0]["metadata"]["policy_version"] == 1
+
+
+def test_merged_sync_uses_base_name_and_reported_count(make_proxy, engine):
+    fake, _ = engine
+    proxy = make_proxy(weight_sync="merged")
+    fake.adapters = ["trl-policy-v5"]  # ignored under merged sync
+    first = proxy.open()
+    assert (first["model"], first["policy_version"]) == ("fake-base", 0)
+    assert proxy.http.post("/policy/version", json={"version": 3}).json() == {"merged_version": 3}
+    second = proxy.open()
+    assert (second["model"], second["policy_version"]) == ("fake-base", 3)
+    assert first["policy_version"] == 0 == proxy.http.get(f"/sessions/{first['session_id']}").json()["policy_version"]
+    # A call records the weights' version at call time: merged weights change under open sessions.
+    proxy.chat(first["session_id"], USER)
+    assert proxy.http.get(f"/sessions/{first['session_id']}/trace").json()["turns"][0]["metadata"]["policy_version"] == 3
+    assert proxy.http.post("/policy/version", json={"version": 2}).status_code == 409
+    assert proxy.http.post("/policy/version", json={"version": "x"}).status_code == 400
+    assert proxy.http.get("/policy").json()["resolved"] == {"model": "fake-base", "version": 3}
+
+
+def test_policy_version_report_is_refused_under_adapter_sync(proxy):
+    r = proxy.http.post("/policy/version", json={"version": 1})
+    assert r.status_code == 409 and "adapter" in r.json()["error"]["message"]
+
+
+def test_session_create_with_engine_down_is_503(make_proxy, engine):
+    proxy = make_proxy()
+    engine[1].stop()
+    r = proxy.http.post("/sessions", json={})
+    assert r.status_code == 503 and "policy server" in r.json()["error"]["message"]
+    engine[1].start()
+
+
+def test_wrong_base_model_is_named(make_proxy, engine):
+    from tests.unit.capture_proxy.servers import UvicornThread, proxy_app
+
+    with UvicornThread(proxy_app(engine[1].url, base_model="qwen")) as server:
+        import httpx
+
+        r = httpx.post(server.url + "/sessions", json={})
+        assert r.status_code == 503 and "'qwen'" in r.json()["error"]["message"]
