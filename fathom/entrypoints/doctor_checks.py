@@ -27,14 +27,14 @@ def _vllm_check(python: str) -> tuple[bool, str]:
 def run_checks() -> None:
     from fathom.config import load_config
     from fathom.config.model import ModelConfig
-    from fathom.policy_server.launch import detect_device
+    from fathom.policy_server.launch import detect_device, vllm_interpreter
     from fathom.policy_server.models import ModelError, resolve_model
 
     cfg = load_config(None)
     rows: list[tuple[str, bool, str]] = []
     device = detect_device("auto")
     rows.append(("device", True, device + (" (nvidia-smi found)" if device == "cuda" else " (no GPU)")))
-    rows.append(("vllm", *_vllm_check(cfg.policy_server.vllm_python)))
+    rows.append(("vllm", *_vllm_check(vllm_interpreter(cfg.policy_server))))
     for name in ("embedded", "tiny"):
         try:
             rows.append((f"model:{name}", True, resolve_model(ModelConfig(name=name))))

@@ -47,10 +47,19 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def vllm_interpreter(ps: PolicyServerConfig) -> str:
+    """`policy_server.vllm_python`; a relative path is taken from the checkout, not the cwd."""
+    p = Path(ps.vllm_python).expanduser()
+    return str(p if p.is_absolute() else REPO_ROOT / p)
+
+
 def build_command(ps: PolicyServerConfig, model: ModelConfig, model_path: str) -> tuple[list[str], dict[str, str]]:
     """The vLLM argv and extra environment for this config (pure; unit-tested)."""
     device = detect_device(ps.device)
-    python = ps.vllm_python if device == "cpu" else "python"
+    python = vllm_interpreter(ps) if device == "cpu" else "python"
     argv = [
         python, "-m", "vllm.entrypoints.openai.api_server",
         "--model", model_path,

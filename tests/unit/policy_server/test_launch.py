@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fathom.config import load_config
-from fathom.policy_server.launch import PolicyServer, PolicyServerError, build_command
+from fathom.policy_server.launch import REPO_ROOT, PolicyServer, PolicyServerError, build_command
 
 
 def _cfg(*overrides: str):
@@ -30,7 +30,7 @@ def test_cpu_command_has_what_the_pipeline_needs():
     cfg = _cfg("--policy_server.device", "cpu", "--policy_server.enforce_eager", "true")
     argv, env = build_command(cfg.policy_server, cfg.model, "/m")
     joined = " ".join(argv)
-    assert argv[0] == cfg.policy_server.vllm_python
+    assert argv[0] == str(REPO_ROOT / cfg.policy_server.vllm_python)
     assert "--served-model-name fathom-base" in joined
     assert "--logprobs-mode processed_logprobs" in joined
     assert "--dtype float32" in joined
