@@ -10,7 +10,7 @@ from collections import Counter
 
 from fathom.tasks import vocab
 from fathom.tasks.families import records as R
-from fathom.tasks.families.base import Spec, assemble, pad, pick
+from fathom.tasks.families.base import Lines, Spec, assemble, pad, pick
 from fathom.tasks.record import Gold, Task
 
 FAMILY = "aggregate"
@@ -35,39 +35,34 @@ def generate(spec: Spec) -> Task:
     op = rng.choice(["count", "sum", "argmax"])
     label = rng.choice(["positive", "negative", "neutral"])
     q, qid = pick(rng, TEMPLATES[split][op], op, split, FAMILY)
-    fmt = R.AGG_FORMATS[split]
+    fmt, void_tag = R.AGG_FORMATS[split], R.VOID[split]
     names = vocab.person_names(rng, split, max(4, min(60, spec.length // 2400)))
     void_rate = 0.04 * (1 + spec.difficulty) if spec.distractors else 0.0
-    rows: list[tuple[str, int, str, bool]] = []  # (name, amount, label, void)
-    lines: list[str] = []
-    size, limit = 0, spec.length - _RESERVE
+    out = Lines()
+    counts: Counter[str] = Counter()
+    total = voids = 0
+    limit = spec.length - _RESERVE
     while True:
-        row = (rng.choice(names), rng.randrange(1, 500), R.draw_label(rng), rng.random() < void_rate)
-        line = fmt.format(i=len(rows) + 1, n=row[0], a=row[1], x=R.text(rng, split, row[2]))
-        if row[3]:
-            line += R.VOID[split]
-        if size + len(line) + 1 > limit:
+        name, amount, lab, void = rng.choice(names), rng.randrange(1, 500), R.draw_label(rng), rng.random() < void_rate
+        line = fmt.format(i=out.count + 1, n=name, a=amount, x=R.text(rng, split, lab)) + (void_tag if void else "")
+        if out.size + len(line) + 1 > limit:
             break
-        rows.append(row)
-        lines.append(line)
-        size += len(line) + 1
-    live = [r for r in rows if not r[3] and r[2] == label]
+        out.add(line)
+        voids += void
+        if lab == label and not void:
+            counts[name] += 1
+            total += amount
     if op == "argmax":
-        counts = Counter(r[0] for r in live)
         top = max(counts.values(), default=0)
         tied = sorted(n for n in names if counts.get(n, 0) == top)
         if len(tied) > 1:  # make the winner unique with one more live record for one of the tied
-            row = (rng.choice(tied), rng.randrange(1, 500), label, False)
-            rows.append(row)
-            lines.append(fmt.format(i=len(rows), n=row[0], a=row[1], x=R.text(rng, split, label)))
-            counts[row[0]] += 1
-        answer = counts.most_common(1)[0][0]
-        gold = Gold(answer=answer, type="string")
+            name, amount = rng.choice(tied), rng.randrange(1, 500)
+            out.add(fmt.format(i=out.count + 1, n=name, a=amount, x=R.text(rng, split, label)))
+            counts[name] += 1
+        gold = Gold(answer=counts.most_common(1)[0][0], type="string")
     else:
-        total = len(live) if op == "count" else sum(r[1] for r in live)
-        gold = Gold(answer=str(total), type="number")
+        gold = Gold(answer=str(sum(counts.values()) if op == "count" else total), type="number")
     question = q.format(label=label) + (R.VOID_NOTE[split] if spec.distractors else "")
-    context = pad(spec, "\n".join(lines))
-    return assemble(spec, question, context, gold, f"{FAMILY}/{split}/records+{qid}",
-                    extra={"op": op, "label": label, "records": len(rows),
-                           "void": sum(r[3] for r in rows)})
+    n_records = out.count
+    return assemble(spec, question, pad(spec, out), gold, f"{FAMILY}/{split}/records+{qid}",
+                    extra={"op": op, "label": label, "records": n_records, "void": voids})

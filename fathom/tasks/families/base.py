@@ -71,11 +71,34 @@ def assemble(spec: Spec, question: str, context: str, gold: Gold, template: str,
     return Task(spec.task_id, spec.family, question, context, gold, meta)
 
 
-def pad(spec: Spec, body: str) -> str:
-    """Fill `body` up to the spec's length with haystack text after it."""
-    need = spec.length - len(body)
+class Lines:
+    """Accumulates newline-terminated lines in joined chunks, so a document of 100k records never
+    holds 100k separate line objects at once (peak memory stays near twice the context)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+        self.cur: list[str] = []
+        self.size = 0
+        self.count = 0
+
+    def add(self, line: str) -> int:
+        """Append a line; returns its character offset."""
+        at = self.size
+        self.cur.append(line + "\n")
+        self.size += len(line) + 1
+        self.count += 1
+        if len(self.cur) >= 4096:
+            self.chunks.append("".join(self.cur))
+            self.cur = []
+        return at
+
+
+def pad(spec: Spec, lines: Lines) -> str:
+    """The lines, then haystack text up to the spec's length."""
+    need = spec.length - lines.size
     if need < 0:
-        raise AssertionError(f"{spec.task_id}: body of {len(body)} chars exceeds length {spec.length}")
-    if need == 0:
-        return body
-    return body + "\n" + haystack.filler(spec.place, need - 1, spec.haystack_kind)
+        raise AssertionError(f"{spec.task_id}: body of {lines.size} chars exceeds length {spec.length}")
+    tail = haystack.filler(spec.place, need, spec.haystack_kind)
+    out = "".join(lines.chunks + lines.cur + [tail])
+    lines.chunks, lines.cur = [], []
+    return out

@@ -50,3 +50,21 @@ def test_sources_stay_inside_the_sandbox_rules() -> None:
 def test_unknown_question_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="generated tasks only"):
         reference_solution("What is the meaning of life?")
+
+
+def test_runs_with_the_sandbox_guards() -> None:
+    """Cross-check against the env server's own restricted namespace (in-process, no worker processes)."""
+    guards = pytest.importorskip("fathom.env_server.sandbox.guards")
+    from RestrictedPython import compile_restricted_exec
+    from RestrictedPython.PrintCollector import PrintCollector
+
+    for family in FAMILIES:
+        for seed in (1, 1_000_002, 2_000_000):
+            t = generate(family, seed, 16384)
+            code = compile_restricted_exec(reference_solution(t.question), filename="<reference>")
+            assert not code.errors, code.errors
+            finals: list[object] = []
+            env = guards.restricted_globals(PrintCollector)
+            env.update(context=t.context, FINAL=finals.append)
+            exec(code.code, env)
+            assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
