@@ -1,0 +1,82 @@
+"""`fathom policy serve` stops the whole server process group on SIGTERM and SIGINT.
+
+The vLLM interpreter is replaced by a fake (fault-injection style) that answers /health
+and leaves a grandchild behind, so the test sees whether the group really goes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+FAKE = """#!/usr/bin/env bash
+sleep 300 &
+echo $! > {pidfile}
+exec {python} -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+'
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gone(pid: int, within: float = 15.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_serve_stops_the_process_group_on_signal(tmp_path, sig):
+    port = _free_port()
+    pidfile = tmp_path / "grandchild.pid"
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port))
+    fake.chmod(0o755)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cmd = [
+        sys.executable, "-m", "fathom.entrypoints.cli", "policy", "serve", "-c", "configs/smoke.toml",
+        "--model.name", str(model), "--policy_server.vllm_python", str(fake),
+        "--policy_server.port", str(port), "--output_dir", str(tmp_path / "runs"),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() or not pidfile.read_text().strip():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "fake server never started"
+            time.sleep(0.1)
+        grandchild = int(pidfile.read_text())
+        time.sleep(2.0)  # let serve reach its supervision loop
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        assert proc.returncode == 128 + sig
+        assert _gone(grandchild), "a process of the server group outlived `fathom policy serve`"
+        assert (tmp_path / "runs" / "smoke" / "config.resolved.json").is_file()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
