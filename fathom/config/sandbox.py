@@ -64,6 +64,14 @@ class SandboxConfig(FathomModel):
             raise ValueError(f"unknown sandbox layer(s) {bad}; known layers: {list(SANDBOX_LAYERS)}")
         return v
 
+    @field_validator("disabled_layers")
+    @classmethod
+    def _optional_only(cls, v: list[str]) -> list[str]:
+        core = [x for x in v if x not in ("bwrap", "landlock", "seccomp")]
+        if core:
+            raise ValueError(f"layer(s) {core} cannot be disabled; only bwrap, landlock and seccomp are optional")
+        return v
+
     @field_validator("output_cap_chars", "memory_limit_mb", "episode_cpu_s", "max_code_chars", "read_cap_chars")
     @classmethod
     def _positive(cls, v: int) -> int:

@@ -98,7 +98,9 @@ class SandboxPool:
         argv = [sys.executable, "-I", "-c", _BOOT, _PKG_ROOT, str(child_sock.fileno()), json.dumps(opts)]
         if use_bwrap:
             argv = layers.bwrap_argv(cfg.tmpfs_mb, layers._bwrap_binds()) + argv
-        self._proc = subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), stdin=subprocess.DEVNULL,
+        # A bare environment: host secrets (tokens, keys) must not be inherited by workers.
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        self._proc = subprocess.Popen(argv, pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         child_sock.close()
         self._ctl = host_sock

@@ -57,6 +57,10 @@ class SandboxViolation(PermissionError):
     """An operation the sandbox policy forbids; user code sees it like any exception."""
 
 
+# Tracebacks shown to the model read "SandboxViolation: ..." without the host's module path.
+SandboxViolation.__module__ = "builtins"
+
+
 def check_name(name: object) -> str:
     if type(name) is not str:
         raise TypeError("attribute name must be a str")
@@ -111,7 +115,11 @@ def guarded_getattr(ob: Any, name: Any, *default: Any) -> Any:
             return _safe_format(ob) if name == "format" else _safe_format_map(ob)
         if isinstance(ob, type) and issubclass(ob, str):
             return _unbound_format if name == "format" else _unbound_format_map
-        if isinstance(ob, string.Formatter) or (isinstance(ob, type) and issubclass(ob, string.Formatter)):
+        if isinstance(ob, collections.UserString) or ob is collections.UserString:
+            raise SandboxViolation("UserString.format is not available in the sandbox; use str(s).format")
+        # Only the guarded SafeFormatter is handed out; a raw Formatter would walk attributes in C.
+        raw = ob if isinstance(ob, type) else type(ob)
+        if isinstance(raw, type) and issubclass(raw, string.Formatter) and not issubclass(raw, SafeFormatter):
             raise SandboxViolation("string.Formatter methods are not available in the sandbox")
     if name.startswith(("gi_", "cr_", "ag_")) and isinstance(
         ob, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
@@ -150,8 +158,9 @@ def guarded_delattr(ob: Any, name: Any) -> None:
 
 
 def _build_class(func: Any, name: str, *bases: Any, **kw: Any) -> type:
-    if "metaclass" in kw:
-        raise SandboxViolation("metaclass= is not allowed in the sandbox")
+    # RestrictedPython rewrites every class to `metaclass=__metaclass__` (which is `type`).
+    if kw.get("metaclass", type) is not type or set(kw) - {"metaclass"}:
+        raise SandboxViolation("class keywords (metaclass=...) are not allowed in the sandbox")
     cls = builtins.__build_class__(func, name, *bases, **kw)
     _SANDBOX_CLASSES.add(cls)
     return cls

@@ -20,6 +20,7 @@ from RestrictedPython import compile_restricted_exec
 
 from fathom.env_server.sandbox import layers, wire
 from fathom.env_server.sandbox.guards import ModuleProxy, SandboxViolation, restricted_globals
+from fathom.env_server.sandbox.policy import SandboxPolicy, aug_attr, aug_item
 
 EXIT_MEMORY = 86
 EXIT_SETUP = 87
@@ -74,6 +75,7 @@ class Worker:
                 return worker.stdout.getvalue()
 
         self.ns = restricted_globals(Printer)
+        self.ns.update(_aug_item_=aug_item, _aug_attr_=aug_attr)
         self.ns.update(context=context, llm=self.llm, llm_batch=self.llm_batch, FINAL=self.final_,
                        FINAL_VAR=self.final_var, SHOW_VARS=self.show_vars)
 
@@ -119,7 +121,7 @@ class Worker:
         compiled = None
         if error is None:
             try:
-                res = compile_restricted_exec(code, filename="<repl>")
+                res = compile_restricted_exec(code, filename="<repl>", policy=SandboxPolicy)
                 if res.errors:
                     error = "\n".join(res.errors)
                 compiled = res.code

@@ -128,3 +128,42 @@ def test_required_layer_missing_fails_closed():
 def test_unknown_layer_name_is_rejected():
     with pytest.raises(ValueError, match="unknown sandbox layer"):
         SandboxConfig(required_layers=["firewall"])
+
+
+def test_everyday_code_works(ep):
+    code = """
+import re, json, math, statistics, collections, itertools, string, functools, textwrap, difflib, heapq, bisect
+import operator
+class Counter2:
+    def __init__(self):
+        self.n = 0
+    def add(self, k):
+        self.n += k
+c = Counter2()
+c.add(3)
+words = re.findall(r'[a-z]+', context.lower())
+top = collections.Counter(words).most_common(2)
+rows = sorted([{'w': w, 'n': n} for w, n in top], key=operator.itemgetter('n'))
+print(c.n, top[0], json.dumps(rows[0]), '{0} {k}'.format('a', k='b'), math.isqrt(17))
+print(operator.attrgetter('real')(5), textwrap.shorten(context, 20), heapq.nsmallest(1, [3, 1]))
+d = {}
+d['x'] = [1]
+d['x'] += [2]
+a, (b, e) = 1, (2, 3)
+print(d, a + b + e, [x * 2 for x in range(3)], statistics.mean([1, 2, 3]))
+"""
+    res = ep.run(code)
+    assert res.error is None, res.error
+    lines = res.stdout.splitlines()
+    assert lines[0] == "3 ('the', 10) {\"w\": \"the\", \"n\": 10} a b 4"
+    assert lines[1].startswith("5 The quick [...] [1]") or lines[1].startswith("5 The quick")
+    assert lines[2] == "{'x': [1, 2]} 6 [0, 2, 4] 2"
+
+
+def test_augmented_assignment_on_items_and_attributes(ep):
+    res = ep.run("counts = {}\nfor w in context.split():\n    counts[w] = counts.get(w, 0)\n    counts[w] += 1\n"
+                 "class A:\n    pass\na = A()\na.n = 1\na.n *= 5\nprint(counts['fox.'], a.n)")
+    assert res.error is None and res.stdout == "10 5\n"
+    assert "cannot modify" in ep.run("import math\nmath.pi += 1").error
+    assert "invalid attribute name" in ep.run("a._n += 1").error
+    assert "cannot modify a tuple" in ep.run("t = (1,)\nt[0] += 1").error
