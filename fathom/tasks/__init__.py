@@ -12,7 +12,7 @@ from fathom.tasks.loaders import load_hub, load_jsonl
 from fathom.tasks.record import Gold, Task, TaskMetadata
 from fathom.tasks.reference import reference_solution
 from fathom.tasks.reward import score
-from fathom.tasks.splits import load_split
+from fathom.tasks.splits import configure, load_split
 
-__all__ = ["FAMILIES", "Gold", "Task", "TaskMetadata", "generate", "get_task", "load_hub", "load_jsonl",
+__all__ = ["FAMILIES", "configure", "Gold", "Task", "TaskMetadata", "generate", "get_task", "load_hub", "load_jsonl",
            "load_split", "reference_solution", "register", "score"]

@@ -114,9 +114,18 @@ def _corpus(kind: str) -> Corpus:
     return _synthetic_corpus()
 
 
+_default_kind: str | None = None
+
+
+def set_default(kind: str | None) -> None:
+    """Process-wide haystack kind (from `tasks.haystack`); None falls back to $FATHOM_HAYSTACK, then `auto`."""
+    global _default_kind
+    _default_kind = kind
+
+
 def corpus(kind: str | None = None) -> Corpus:
-    """The cached haystack corpus; `kind` defaults to $FATHOM_HAYSTACK, else `auto`."""
-    kind = (kind or os.environ.get(HAYSTACK_ENV) or "auto").strip().lower()
+    """The cached haystack corpus; `kind` defaults to set_default(), else $FATHOM_HAYSTACK, else `auto`."""
+    kind = (kind or _default_kind or os.environ.get(HAYSTACK_ENV) or "auto").strip().lower()
     if kind not in ("auto", "stdlib", "synthetic"):
         raise ValueError(f"haystack kind {kind!r} is unknown ({HAYSTACK_ENV}); use auto, stdlib or synthetic")
     return _corpus(kind)

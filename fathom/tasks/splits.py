@@ -68,8 +68,17 @@ def build(split: str, n: int | None = None, *, progress: Any = None) -> dict[str
             "haystack": haystack.corpus().describe(), "n": len(rows), "tasks": rows}
 
 
+_settings: dict[str, Any] = {"manifest_dir": "", "verify_on_load": False}
+
+
+def configure(cfg: Any) -> None:
+    """Apply a `TasksConfig`: haystack kind, manifest directory, verification on load."""
+    haystack.set_default(None if cfg.haystack == "auto" else cfg.haystack)
+    _settings.update(manifest_dir=cfg.manifest_dir, verify_on_load=cfg.verify_on_load)
+
+
 def manifest_path(split: str, directory: str | Path | None = None) -> Path:
-    return Path(directory or SPLITS_DIR) / f"{split}.json"
+    return Path(directory or _settings["manifest_dir"] or SPLITS_DIR) / f"{split}.json"
 
 
 def write(manifest: dict[str, Any], directory: str | Path | None = None) -> Path:
@@ -114,10 +123,10 @@ def verify(manifest: dict[str, Any]) -> dict[str, int]:
     return {"checked": checked, "full_digest": int(same_hay)}
 
 
-def load_split(name: str, *, verify_sha: bool = False, directory: str | Path | None = None) -> list[str]:
-    """Task ids of a pinned split; with verify_sha, regenerate each and check its SHA-256."""
+def load_split(name: str, *, verify_sha: bool | None = None, directory: str | Path | None = None) -> list[str]:
+    """Task ids of a pinned split; with verify_sha (default: tasks.verify_on_load), check each SHA-256."""
     data = read(name, directory)
-    if verify_sha:
+    if verify_sha or (verify_sha is None and _settings["verify_on_load"]):
         verify(data)
     return [row["id"] for row in data["tasks"]]
 

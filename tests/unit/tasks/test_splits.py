@@ -110,3 +110,21 @@ def test_stats_counts() -> None:
     assert s["by_family"] == {"needle": 2, "pairs": 1}
     assert s["by_length"] == {"1k": 2, "1m": 1}
     assert s["by_family_length"]["needle"] == {"1k": 1, "1m": 1}
+
+
+def test_configure_applies_tasks_config(tmp_path) -> None:
+    from fathom.config import load_config
+    from fathom.tasks import configure, generate
+
+    before = generate("needle", 1, 4096).metadata.haystack
+    m = splits.build("test", 2)
+    splits.write(m, tmp_path)
+    cfg = load_config(None, [f"tasks.manifest_dir={str(tmp_path)!r}", "tasks.haystack='synthetic'"]).tasks
+    try:
+        configure(cfg)
+        assert load_split("test") == [r["id"] for r in m["tasks"]]
+        assert generate("needle", 1, 4096).metadata.haystack == "synthetic/v1"
+    finally:
+        configure(load_config(None, []).tasks)
+    assert len(load_split("test")) > 2
+    assert generate("needle", 1, 4096).metadata.haystack == before
