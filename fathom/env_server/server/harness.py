@@ -248,7 +248,8 @@ class Harness:
                 turn.server_ms = max((time.perf_counter() - t0) * 1000 - turn.model_ms - turn.sandbox_ms, 0.0)
                 if answer is not None:
                     turn.final_answer = answer
-                    self.tally.final_calls += 1
+                    if depth == 0:  # a nested episode's FINAL answers its llm(), not the task
+                        self.tally.final_calls += 1
                     return LoopOutcome(answer, True, "final")
                 messages = messages + [
                     {"role": "assistant", "content": reply.text},

@@ -189,3 +189,15 @@ def test_unreachable_proxy_during_llm_makes_the_episode_unscorable():
     fp.fail = lambda call: httpx.ConnectError("down") if call["headers"]["x-fathom-role"] == "subcall" else None
     with pytest.raises(Unscorable, match="unreachable"):
         run(None, proxy=fp)
+
+
+def test_only_root_final_counts_for_the_reward():
+    def model(messages):
+        if messages[1]["content"].startswith(f"Question: {prompts.NESTED_QUESTION}"):
+            return repl("FINAL('inner')")
+        if len(messages) == 2:
+            return repl("x = llm('p' * 200)")
+        return repl("FINAL(x)")
+
+    out, turns, tally, *_ = run(model, cfg={"sub_rlm_min_chars": 100})
+    assert out.answer == "inner" and tally.final_calls == 1
