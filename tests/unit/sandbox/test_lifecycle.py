@@ -1,0 +1,163 @@
+"""Processes: concurrency, clean shutdown, no orphans, zygote or host death, big contexts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from fathom.config.sandbox import SandboxConfig
+from fathom.env_server.sandbox import SandboxError, SandboxPool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        children.setdefault(ppid, []).append(int(p))
+    out, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _wait_gone(pids: set[int], limit_s: float = 15.0) -> set[int]:
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        alive = {p for p in pids if os.path.exists(f"/proc/{p}") and _state(p) != "Z"}
+        if not alive:
+            return set()
+        time.sleep(0.05)
+    return alive
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_concurrent_episodes_from_threads(pool):
+    errors: list[str] = []
+
+    def one(i: int) -> None:
+        try:
+            ep = pool.new_episode(f"doc {i}", llm_handler=lambda ps: [p[::-1] for p in ps])
+            try:
+                for k in range(5):
+                    res = ep.run(f"x = {k}\nprint(context, x, llm('ab'))")
+                    if res.stdout != f"doc {i} {k} ba\n":
+                        errors.append(f"{i}/{k}: {res.output()}")
+            finally:
+                ep.close()
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(f"{i}: {e!r}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_llm_wait_does_not_count_against_the_deadline(pool):
+    def slow(prompts):
+        time.sleep(pool.cfg.call_timeout_s + 0.5)
+        return ["late"] * len(prompts)
+
+    ep = pool.new_episode("", llm_handler=slow)
+    try:
+        res = ep.run("print(llm('q'))")
+        assert res.killed_reason is None and res.stdout == "late\n"
+    finally:
+        ep.close()
+
+
+def test_unicode_and_large_context(pool):
+    text = "héllo wörld \U0001f600 " * 1_000_000  # ~20 M characters, multi-byte UTF-8
+    ep = pool.new_episode(text)
+    try:
+        res = ep.run("print(len(context), context[:13], context.count('\\U0001f600'))")
+        assert res.stdout == f"{len(text)} héllo wörld \U0001f600 1000000\n"
+    finally:
+        ep.close()
+
+
+def test_close_leaves_no_processes():
+    before = _descendants(os.getpid())
+    pool = SandboxPool(SandboxConfig(call_timeout_s=2.0))
+    eps = [pool.new_episode(str(i)) for i in range(3)]
+    eps[0].run("x = 1")
+    started = _descendants(os.getpid()) - before
+    assert len(started) >= 4  # zygote (maybe under bwrap) + 3 workers
+    pool.close()
+    pool.close()
+    assert _wait_gone(started) == set()
+    assert eps[1].run("print(1)").killed_reason == "dead"
+    with pytest.raises(SandboxError, match="closed"):
+        pool.new_episode("")
+
+
+def test_dead_zygote_is_a_clear_error():
+    pool = SandboxPool(SandboxConfig(call_timeout_s=2.0))
+    try:
+        for pid in _descendants(pool._proc.pid):  # the zygote itself, inside bwrap when present
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # killing the namespace's init already took it
+        pool._proc.kill()
+        pool._proc.wait()
+        with pytest.raises(SandboxError, match="zygote"):
+            pool.new_episode("")
+    finally:
+        pool.close()
+
+
+_HOST = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from fathom.env_server.sandbox import SandboxPool
+    pool = SandboxPool()
+    ep = pool.new_episode("x")
+    ep.run("y = 1")
+    print(os.getpid(), flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_host_death_takes_zygote_and_workers_down():
+    host = subprocess.Popen([sys.executable, "-I", "-c", _HOST, ROOT], stdout=subprocess.PIPE, text=True)
+    try:
+        assert host.stdout is not None
+        host.stdout.readline()
+        sandbox = _descendants(host.pid)
+        assert sandbox
+        host.send_signal(signal.SIGKILL)
+        host.wait()
+        assert _wait_gone(sandbox) == set()
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait()
