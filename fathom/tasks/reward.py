@@ -89,6 +89,8 @@ def score(task: Task, answer: str | None, *, via_final: bool, total_tokens: int,
     for name, v in (("total_tokens", total_tokens), ("llm_calls", llm_calls), ("final_calls", final_calls)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ValueError(f"score(): {name}={v!r} must be a non-negative integer (task {task.id})")
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        answer = str(answer)  # FINAL(42) from the sandbox
     if answer is not None and not isinstance(answer, str):
         raise ValueError(f"score(): answer must be a string or None, got {type(answer).__name__} (task {task.id})")
     final_spam = final_calls > cfg.max_final_calls

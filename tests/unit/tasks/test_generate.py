@@ -117,3 +117,15 @@ def test_public_view_hides_gold_and_metadata() -> None:
         assert t.gold.answer not in t.question
         assert t.gold.model_dump_json() not in t.context
         assert "gold" not in t.question.lower()
+
+
+def test_same_task_in_a_fresh_process_with_other_hash_seed() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = ("from fathom.tasks import FAMILIES, generate\n"
+            "print(' '.join(generate(f, 1000004, 8192).digest() for f in FAMILIES))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.split()
+    assert out == [generate(f, 1000004, 8192).digest() for f in FAMILIES]

@@ -114,7 +114,8 @@ def test_bad_inputs_name_the_problem(tasks) -> None:
     with pytest.raises(ValueError, match="total_tokens"):
         score(t, "1", via_final=True, total_tokens=-1, llm_calls=0)
     with pytest.raises(ValueError, match="answer must be"):
-        score(t, 42, via_final=True, total_tokens=1, llm_calls=0)  # type: ignore[arg-type]
+        score(t, ["1"], via_final=True, total_tokens=1, llm_calls=0)  # type: ignore[arg-type]
+    assert score(t, int(t.gold.answer), via_final=True, total_tokens=1, llm_calls=0).correct  # type: ignore[arg-type]
 
 
 def test_normalize() -> None:
