@@ -4,7 +4,7 @@ The corpus is built once per process and cached, because every generator slices 
 10 M-character task must be generated in a few seconds. Only pure-ASCII files are used so a
 context is one byte per character in memory and the same file set reads the same everywhere.
 Gold answers never depend on this text: facts are inserted into it, and insertion positions
-come from a separate random stream (see `fathom.tasks.rng`).
+come from a separate random stream (see `fathom.tasks.record.rngs`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import sys
 import sysconfig
 from dataclasses import dataclass
 from functools import lru_cache
@@ -83,7 +84,7 @@ def _stdlib_corpus(cap: int) -> Corpus | None:
     if size < 2**20:  # a stripped install (e.g. only .pyc files): too little real text to be a haystack
         return None
     text = "".join(parts)[:cap]
-    ver = sysconfig.get_python_version() + "/" + ".".join(map(str, __import__("sys").version_info[:3]))
+    ver = ".".join(map(str, sys.version_info[:3]))
     return Corpus(text, "stdlib", ver, nfiles, hashlib.sha256(text.encode()).hexdigest())
 
 
@@ -103,15 +104,18 @@ def _synthetic_corpus(chars: int = 2**21) -> Corpus:
 def _corpus(kind: str) -> Corpus:
     if kind == "synthetic":
         return _synthetic_corpus()
+    if kind == "auto":  # shares the cached stdlib or synthetic corpus instead of building a third copy
+        try:
+            return _corpus("stdlib")
+        except RuntimeError:
+            return _corpus("synthetic")
     found = _stdlib_corpus(CORPUS_CAP_CHARS)
-    if found is not None:
-        return found
-    if kind == "stdlib":
+    if found is None:
         raise RuntimeError(
             f"{HAYSTACK_ENV}=stdlib but this Python has no readable standard-library sources under "
             f"{sysconfig.get_paths()['stdlib']!r}; unset {HAYSTACK_ENV} to fall back to the synthetic haystack"
         )
-    return _synthetic_corpus()
+    return found
 
 
 _default_kind: str | None = None
