@@ -87,7 +87,7 @@ def _repo(spec: Spec, kind: str, n_funcs: int) -> tuple[dict[str, list[str]], st
         path = f"{dirs[0]}/settings.py"
         lines, val = [f'"""Settings of the {dirs[0]} package."""'], 0
         for j in range(1 + spec.difficulty + rng.randrange(2)):
-            v = rng.randrange(1, 100)
+            v = rng.choice([x for x in range(1, 100) if x != val])  # every statement changes the value
             if j and rng.random() < 0.5:
                 lines.append(f"{setting} += {v}")
                 val += v
