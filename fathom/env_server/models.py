@@ -40,6 +40,7 @@ class RLMObservation(Observation):
     truncated: bool = False
     killed_reason: str | None = None
     llm_calls: int = Field(0, description="llm() prompts this step sent")
+    sandbox_ms: float = Field(0.0, description="Time the step spent inside the sandbox (llm() waits included)")
     final_answer: str | None = Field(None, description="Set when the step called FINAL / FINAL_VAR")
     stop_reason: str | None = None
     reward_components: dict[str, Any] | None = Field(None, description="protocol.RewardComponents, once done")

@@ -192,6 +192,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             ep.llm_calls += len(turn.subcalls)
             obs.output, obs.error, obs.truncated = turn.outputs[-1], res.error, res.truncated
             obs.killed_reason, obs.llm_calls, obs.final_answer = res.killed_reason, len(turn.subcalls), res.final_answer
+            obs.sandbox_ms = turn.sandbox_ms
             if res.final_answer is not None:
                 ep.done, ep.stop_reason, ep.answer = True, "final", res.final_answer
                 ep.harness.tally.final_calls += 1
