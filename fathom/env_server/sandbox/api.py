@@ -39,7 +39,8 @@ class RunResult:
     truncated: bool = False
     duration_ms: float = 0.0
     killed_reason: str | None = None
-    """None, or why the worker was killed: timeout, memory, cpu, crashed, protocol, dead (killed earlier)."""
+    """None, or why the worker was killed: timeout, memory, cpu, crashed, protocol; `dead` when the episode was
+    already killed or closed, `closed` when close() came while this call ran."""
     final_answer: str | None = None
     llm_calls: int = 0
 

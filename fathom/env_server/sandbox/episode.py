@@ -28,7 +28,8 @@ class EpisodeSandbox:
                  llm_handler: Callable[[list[str]], list[str]] | None) -> None:
         self._pool, self._sock, self._pidfd, self._pid = pool, sock, pidfd, pid
         self._llm = llm_handler
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one run at a time
+        self._fd_lock = threading.Lock()  # pidfd use vs. close: a reused fd number must never be signalled
         self._closed = False
         self._dead_reason: str | None = None
         self.final_answer: str | None = None
@@ -122,14 +123,14 @@ class EpisodeSandbox:
             return RunResult(error=f"killed: the code ran past the {cfg.call_timeout_s:g} s deadline "
                                    "(sandbox.call_timeout_s); the episode's variables are gone",
                              killed_reason=reason)
-        except wire.WireError as e:
-            protocol = "exceeds" in str(e) or "unexpected" in str(e) or "undecodable" in str(e)
+        except (wire.WireError, OSError) as e:
+            if self._closed:
+                return RunResult(error="this episode was closed while its code ran", killed_reason="closed")
+            protocol = isinstance(e, wire.WireError) and any(
+                w in str(e) for w in ("exceeds", "unexpected", "undecodable", "not a JSON"))
             reason = self._kill_and_reason("protocol" if protocol else None)
             return RunResult(error=f"killed: the sandbox worker {_describe(reason)}; the episode's variables "
                                    "are gone", killed_reason=reason)
-        except OSError:
-            reason = self._kill_and_reason(None)
-            return RunResult(error=f"killed: the sandbox worker {_describe(reason)}", killed_reason=reason)
 
     def _answer_llm(self, msg: dict[str, Any]) -> None:
         prompts = msg.get("prompts")
@@ -171,31 +172,44 @@ class EpisodeSandbox:
         return reason
 
     def _signal_kill(self) -> None:
-        if self._pidfd >= 0:
-            try:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        with self._fd_lock:
+            if self._pidfd >= 0:
+                try:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def _close_fds(self) -> None:
-        if self._pidfd >= 0:
-            os.close(self._pidfd)
-            self._pidfd = -1
-        self._sock.close()
+        with self._fd_lock:
+            if self._pidfd >= 0:
+                os.close(self._pidfd)
+                self._pidfd = -1
+            self._sock.close()
 
     def close(self) -> None:
-        """End the episode: kill and reap its worker. Idempotent."""
-        with self._lock:
+        """End the episode: kill and reap its worker. Idempotent; safe while another thread is in `run`."""
+        with self._fd_lock:
             if self._closed:
                 return
             self._closed = True
+        # Kill first, so a run in flight ends now instead of at its deadline.
+        self._signal_kill()
+        with self._lock:
             if self._pidfd >= 0:
-                self._signal_kill()
                 try:
                     self._pool._request({"op": "status", "pid": self._pid})
                 except Exception:  # noqa: BLE001 - pool already closed: the zygote reaped it
                     pass
             self._close_fds()
+
+    def __del__(self) -> None:
+        # An episode dropped without close(): free the fds; the worker sees EOF and exits.
+        try:
+            if not self._closed:
+                self._signal_kill()
+                self._close_fds()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
     def __enter__(self) -> "EpisodeSandbox":
         return self

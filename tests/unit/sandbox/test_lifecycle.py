@@ -161,3 +161,27 @@ def test_host_death_takes_zygote_and_workers_down():
         if host.poll() is None:
             host.kill()
             host.wait()
+
+
+def test_close_from_another_thread_ends_a_running_call(pool):
+    started = threading.Event()
+    ep = pool.new_episode("", llm_handler=lambda ps: started.set() or ["go"])
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("res", ep.run("llm('start')\nwhile True:\n    pass")))
+    t.start()
+    assert started.wait(30)
+    ep.close()
+    t.join()
+    assert out["res"].killed_reason == "closed" and not ep.alive
+
+
+def test_protocol_abuse_by_an_oversized_llm_batch():
+    """A worker message over max_message_bytes kills the worker instead of exhausting the host."""
+    small = SandboxPool(SandboxConfig(call_timeout_s=5.0, max_message_bytes=100_000))
+    try:
+        ep = small.new_episode("x" * 200_000, llm_handler=lambda ps: ["ok"] * len(ps))
+        res = ep.run("llm(context)")
+        assert res.killed_reason == "protocol" and not ep.alive
+        assert small.new_episode("").run("print(3)").stdout == "3\n"
+    finally:
+        small.close()
