@@ -41,9 +41,12 @@ def get_task(task_id: str) -> Task:
     if family not in MODULES:
         raise KeyError(f"unknown task id {task_id!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
     try:
-        return generate(family, seed, length, distractors=distractors)
+        task = generate(family, seed, length, distractors=distractors)
     except ValueError as e:
         raise KeyError(f"unknown task id {task_id!r}: {e}") from None
+    if task.id != task_id:  # one spelling per task, so ids stay usable as keys
+        raise KeyError(f"unknown task id {task_id!r}: write it as {task.id!r}")
+    return task
 
 
 def register(tasks: list[Task]) -> None:

@@ -96,6 +96,8 @@ def test_unknown_family_and_bad_length_in_id() -> None:
         get_task("haystack-64k-s1")
     with pytest.raises(KeyError, match="outside"):
         get_task("needle-11m-s1")
+    with pytest.raises(KeyError, match="write it as 'needle-1k-s5'"):
+        get_task("needle-1024-s5")
     with pytest.raises(ValueError, match="family"):
         generate("nope", 1, 4096)
     with pytest.raises(ValueError, match="outside"):
