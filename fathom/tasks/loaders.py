@@ -18,7 +18,7 @@ DEFAULT_FIELDS = {"id": "id", "question": "question", "context": "context", "ans
                   "aliases": "aliases", "type": "answer_type", "family": "family"}
 
 
-def _row_to_task(row: dict[str, Any], n: int, source: str, fields: dict[str, str]) -> Task:
+def _row_to_task(row: dict[str, Any], n: int, source: str, fields: dict[str, str], prefix: str) -> Task:
     f = {**DEFAULT_FIELDS, **fields}
     where = f"{source} row {n}"
     missing = [f[k] for k in ("question", "context", "answer") if row.get(f[k]) in (None, "")]
@@ -36,7 +36,7 @@ def _row_to_task(row: dict[str, Any], n: int, source: str, fields: dict[str, str
             raise ValueError(f"{where}: answer type {atype!r} must be number, string or set")
         gold = Gold(answer=str(gold_raw), aliases=[str(a) for a in row.get(f["aliases"]) or []], type=atype)
     context = str(row[f["context"]])
-    task_id = str(row.get(f["id"]) or f"{Path(source).stem}-{n}")
+    task_id = str(row.get(f["id"]) or f"{prefix}-{n}")
     meta = TaskMetadata(length_chars=len(context), est_tokens=len(context) // CHARS_PER_TOKEN, difficulty=1,
                         distractors=False, generator_version="external", seed=n, split="external",
                         template=f"external/{source}", haystack=f"external/{source}",
@@ -45,12 +45,13 @@ def _row_to_task(row: dict[str, Any], n: int, source: str, fields: dict[str, str
 
 
 def from_rows(rows: Iterable[dict[str, Any]], source: str, fields: dict[str, str] | None = None,
-              *, limit: int | None = None) -> list[Task]:
+              *, limit: int | None = None, id_prefix: str | None = None) -> list[Task]:
+    """Tasks from row dicts; rows without an id get `{id_prefix}-{row number}`."""
     out = []
     for n, row in enumerate(rows):
         if limit is not None and n >= limit:
             break
-        out.append(_row_to_task(row, n, source, fields or {}))
+        out.append(_row_to_task(row, n, source, fields or {}, id_prefix or Path(source).stem))
     ids = [t.id for t in out]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source} has duplicate task ids; give each row a unique {(fields or {}).get('id', 'id')!r}")
@@ -83,7 +84,8 @@ def load_hub(repo_id: str, *, split: str = "test", config: str | None = None, fi
     from datasets import load_dataset  # heavy; only when actually loading from the Hub
 
     ds = load_dataset(repo_id, config, split=split, revision=revision, streaming=True)
-    return from_rows(ds, f"hub:{repo_id}/{split}", fields, limit=limit)
+    return from_rows(ds, f"hub:{repo_id}/{split}", fields, limit=limit,
+                     id_prefix=f"{Path(repo_id.rstrip('/')).name}/{split}")
 
 
 def write_jsonl(tasks: Iterable[Task], path: str | Path) -> Path:

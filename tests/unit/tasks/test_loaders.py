@@ -50,3 +50,21 @@ def test_errors_name_the_row(tmp_path) -> None:
     path.write_text("\n".join(json.dumps({"id": "x", "question": "q", "context": "c", "answer": 1}) for _ in range(2)))
     with pytest.raises(ValueError, match="duplicate"):
         load_jsonl(path)
+
+
+def test_hub_loader_reads_a_local_dataset_repo(tmp_path, monkeypatch) -> None:
+    """load_hub goes through `datasets`; a local folder laid out like a Hub repo needs no network."""
+    pytest.importorskip("datasets")
+    from fathom.tasks import load_hub
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    repo = tmp_path / "oolong-mini"
+    (repo / "data").mkdir(parents=True)
+    rows = [{"q": f"How many apples in row {i}?", "doc": "apple " * i, "gold": i} for i in range(1, 4)]
+    (repo / "data" / "test.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    tasks = load_hub(str(repo), split="test", fields={"question": "q", "context": "doc", "answer": "gold"}, limit=2)
+    assert [t.gold.answer for t in tasks] == ["1", "2"]
+    assert tasks[1].context == "apple apple " and tasks[1].id == "oolong-mini/test-1"
+    assert score(tasks[1], "2", via_final=True, total_tokens=1, llm_calls=0).correct
