@@ -38,6 +38,8 @@ $(STAMPS)/system:
 	@mkdir -p $(STAMPS)
 	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) || \
 	  echo "warning: could not install bubblewrap; the sandbox runs without that layer (see fathom doctor)"
+	ldconfig -p | grep -q libseccomp.so.2 || (apt-get update -qq && apt-get install -y -qq libseccomp2) || \
+	  echo "warning: could not install libseccomp2; the sandbox runs without the seccomp layer (see fathom doctor)"
 	touch $@
 
 demo: setup

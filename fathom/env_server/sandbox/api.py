@@ -42,10 +42,15 @@ class RunResult:
     """None, or why the worker was killed: timeout, memory, cpu, crashed, protocol; `dead` when the episode was
     already killed or closed, `closed` when close() came while this call ran."""
     final_answer: str | None = None
+    """Set when this call invoked FINAL(x) / FINAL_VAR(name): the answer as a string."""
     llm_calls: int = 0
+    """Prompts sent to the llm handler during this call."""
+    output_cap: int | None = None
+    """The cap `output()` applies when given none (sandbox.output_cap_chars of the pool)."""
 
     def output(self, cap: int | None = None) -> str:
         """stdout + stderr + error as the model should see it, cut at `cap` with a visible marker."""
+        cap = self.output_cap if cap is None else cap
         parts = [p for p in (self.stdout, self.stderr, self.error) if p]
         text = "\n".join(p.rstrip("\n") for p in parts)
         if cap is not None and len(text) > cap:

@@ -84,6 +84,7 @@ class EpisodeSandbox:
         with self._lock:
             res = self._run_locked(code, t0)
         res.duration_ms = (time.monotonic() - t0) * 1000.0
+        res.output_cap = self._pool.cfg.output_cap_chars
         if res.final_answer is not None:
             self.final_answer = res.final_answer
         return res

@@ -167,3 +167,10 @@ def test_augmented_assignment_on_items_and_attributes(ep):
     assert "cannot modify" in ep.run("import math\nmath.pi += 1").error
     assert "invalid attribute name" in ep.run("a._n += 1").error
     assert "cannot modify a tuple" in ep.run("t = (1,)\nt[0] += 1").error
+
+
+def test_output_defaults_to_the_configured_cap(ep):
+    res = ep.run("print('z' * 5000)")
+    assert not res.truncated and len(res.stdout) == 5001
+    out = res.output()
+    assert out.startswith("z" * ep._pool.cfg.output_cap_chars) and "output truncated: 3000 more characters" in out
