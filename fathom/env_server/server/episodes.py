@@ -52,10 +52,10 @@ def load_task(task_id: str | None, family: str | None, seed: int | None, length:
         raise HTTPException(
             422, f"no task named: give task_id, or family + seed + length (missing: {', '.join(missing)})"
         )
+    if family not in tasks.FAMILIES:
+        raise HTTPException(404, f"unknown task family {family!r}; choose one of {', '.join(tasks.FAMILIES)}")
     try:
         return tasks.generate(family, seed, length)
-    except KeyError as e:
-        raise HTTPException(404, f"unknown task family {family!r}: {e.args[0] if e.args else ''}") from None
     except ValueError as e:
         raise HTTPException(422, f"cannot generate task family={family!r} seed={seed} length={length}: {e}") from None
 

@@ -105,12 +105,17 @@ class FakeProxy:
         self.usage = usage
         self.delay_s = delay_s
         self.calls: list[dict[str, Any]] = []
+        self.opened: list[dict[str, Any]] = []
         self.fail: Callable[[dict[str, Any]], httpx.Response | Exception | None] = lambda call: None
         self.in_flight = 0
         self.max_in_flight = 0
         self._ids = itertools.count(1)
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/sessions":
+            self.opened.append(json.loads(request.content))
+            return httpx.Response(201, json={"session_id": f"new-{len(self.opened)}", "policy_version": 0,
+                                             "model": "m", "trainable": True})
         if request.url.path.startswith("/sessions/"):
             total = sum(c["tokens"] for c in self.calls)
             return httpx.Response(200, json={"session_id": "s1", "policy_version": 0, "model": "m",

@@ -1,0 +1,133 @@
+"""The env server app in-process: OpenEnv routes (HTTP and WebSocket), the episode API and its error table.
+
+The sandbox is the exec stand-in and the proxy is a transport-level fake; the real ones run in
+tests/integration/test_env_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fathom.config import load_config
+from fathom.env_server.server.app import create_app
+from fathom.tasks import get_task, load_split, reference_solution
+from tests.unit.env_server.fakes import FakePool, FakeProxy
+
+TASK = load_split("test")[1]
+
+
+@pytest.fixture
+def app_client():
+    def make(model=None, overrides=(), delay_s=0.0):
+        cfg = load_config(None, ["--env_server.max_concurrent_envs", "4", *overrides])
+        pool = FakePool()
+        app = create_app(cfg, pool_factory=lambda _: pool)
+        fp = FakeProxy(model or (lambda m: "```repl\nFINAL('x')\n```"), delay_s=delay_s)
+        client = TestClient(app)
+        client.__enter__()
+        rt = app.state.runtime
+        rt.http = fp.client()
+        made.append(client)
+        return client, fp, pool
+
+    made: list[TestClient] = []
+    yield make
+    for c in made:
+        c.__exit__(None, None, None)
+
+
+def episode(client, body, wait=10.0):
+    r = client.post("/episodes", json=body)
+    assert r.status_code == 202, r.text
+    return client.get(f"/episodes/{r.json()['episode_id']}", params={"wait_s": wait}).json()
+
+
+def test_episode_runs_and_is_scored(app_client):
+    q = get_task(TASK).question
+    client, fp, pool = app_client(lambda m: f"```repl\n{reference_solution(q)}\n```")
+    res = episode(client, {"task_id": TASK, "episode_id": "e1", "session_id": "s1", "proxy_url": "http://proxy"})
+    assert res["status"] == "done" and res["stop_reason"] == "final" and res["episode_id"] == "e1"
+    assert res["reward_components"]["correct"] and res["reward"] == res["reward_components"]["total"]
+    assert res["total_tokens"] == 20 and res["session_id"] == "s1"
+    assert fp.calls[0]["headers"]["authorization"] == "Bearer s1"
+    assert all(ep.closed for ep in pool.episodes)
+
+
+def test_episode_error_table(app_client, monkeypatch):
+    client, fp, _ = app_client()
+    assert client.post("/episodes", json={"task_id": "needle-1k-s1", "bogus": 1}).status_code == 422
+    r = client.post("/episodes", json={"task_id": TASK, "family": "needle"})
+    assert r.status_code == 422 and "not both" in r.json()["detail"]
+    r = client.post("/episodes", json={"family": "nope", "seed": 1, "length": 1024})
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+    assert client.post("/episodes", json={"task_id": TASK, "episode_id": "d", "session_id": "s"}).status_code == 202
+    assert client.post("/episodes", json={"task_id": TASK, "episode_id": "d", "session_id": "s"}).status_code == 409
+    # a verifier that raises makes the episode unscorable, not 0
+    import fathom.tasks
+
+    monkeypatch.setattr(fathom.tasks, "score", lambda *a, **k: 1 / 0)
+    res = episode(client, {"task_id": TASK, "session_id": "s"})
+    assert res["status"] == "error" and res["reward"] is None and "verifier failed" in res["error"]
+
+
+def test_wall_clock_limit_stops_with_timeout(app_client):
+    client, fp, _ = app_client(lambda m: "```repl\nprint(1)\n```", delay_s=0.3)
+    res = episode(client, {"task_id": TASK, "session_id": "s", "limits": {"wall_clock_s": 0.5, "max_turns": 8}})
+    assert res["status"] == "done" and res["stop_reason"] == "timeout" and res["answer"] is None
+    assert res["reward"] is not None and not res["reward_components"]["correct"]
+    assert 1 <= len(res["turns"]) <= 2
+
+
+def test_open_session_when_none_given(app_client):
+    client, fp, _ = app_client()
+    res = episode(client, {"task_id": TASK, "episode_id": "auto", "sampling": {"max_tokens": 64}})
+    assert res["session_id"] == "new-1" and fp.calls[0]["headers"]["x-api-key"] == "new-1"
+    assert fp.opened[0]["metadata"] == {"episode_id": "auto", "task_id": TASK}
+    assert fp.opened[0]["sampling"]["max_tokens"] == 64 and fp.calls[0]["body"]["max_tokens"] == 64
+
+
+def test_openenv_websocket_session(app_client):
+    client, fp, pool = app_client()
+    q = get_task(TASK).question
+    with client.websocket_connect("/ws") as ws:
+        ws.send_text(json.dumps({"type": "step", "data": {"code": "x = 1"}}))
+        err = json.loads(ws.receive_text())
+        assert err["type"] == "error" and "reset first" in err["data"]["message"]
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": TASK, "max_turns": 3}}))
+        obs = json.loads(ws.receive_text())["data"]["observation"]
+        assert obs["task_id"] == TASK and obs["max_turns"] == 3 and obs["turn"] == 0
+        ws.send_text(json.dumps({"type": "step", "data": {"code": "print(llm('x'))"}}))
+        step = json.loads(ws.receive_text())["data"]
+        assert "no capture-proxy session" in step["observation"]["output"] and not step["done"]
+        ws.send_text(json.dumps({"type": "step", "data": {"code": reference_solution(q)}}))
+        step = json.loads(ws.receive_text())["data"]
+        assert step["done"] and step["reward"] > 0.5 and step["observation"]["final_answer"]
+        ws.send_text(json.dumps({"type": "step", "data": {"code": "x = 2"}}))
+        err = json.loads(ws.receive_text())
+        assert err["type"] == "error" and "409" in err["data"]["message"]
+        ws.send_text(json.dumps({"type": "state"}))
+        state = json.loads(ws.receive_text())["data"]
+        assert state["done"] and state["step_count"] == 2 and state["stop_reason"] == "final"
+    assert all(ep.closed for ep in pool.episodes)
+
+
+def test_http_reset_and_step_by_episode_id(app_client):
+    client, _, pool = app_client()
+    r = client.post("/reset", json={"task_id": TASK, "episode_id": "h1", "max_turns": 1})
+    assert r.status_code == 200 and not pool.episodes[0].closed  # outlives the per-request instance
+    assert client.post("/reset", json={"task_id": TASK, "bogus_field": 1}).status_code == 422
+    assert client.post("/reset", json={"task_id": TASK, "episode_id": "h1"}).status_code == 409
+    r = client.post("/step", json={"action": {"code": "y = 1"}, "episode_id": "nope"})
+    assert r.status_code == 404
+    r = client.post("/step", json={"action": {"code": ""}, "episode_id": "h1"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "code"
+    r = client.post("/step", json={"action": {"code": "y = 1"}, "episode_id": "h1"}).json()
+    assert r["done"] and r["observation"]["stop_reason"] == "max_turns" and r["reward"] is not None
+    assert client.post("/step", json={"action": {"code": "y"}, "episode_id": "h1"}).status_code == 409
+    bare = client.post("/reset", json={}).json()["observation"]
+    assert bare["task_id"] == load_split("train")[0]
+    schema = client.get("/schema").json()
+    assert "code" in schema["action"]["properties"] and "context_chars" in schema["observation"]["properties"]

@@ -1,0 +1,59 @@
+"""The scripted upstream: vLLM-shaped replies, token-faithful prefixes across turns, each policy's move."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from fathom.env_server.scripted import IM_END, create_scripted_app, render_prompt, scripted_reply
+from fathom.env_server.server import prompts
+from fathom.tasks import get_task, load_split, reference_solution
+
+
+def chat(client, messages, **extra):
+    r = client.post("/v1/chat/completions", json={"model": "fathom-base", "messages": messages} | extra)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_reference_reply_is_the_solution_and_ids_extend_the_previous_turn():
+    task = get_task(load_split("test")[0])
+    msgs = prompts.initial_messages(task.question, task.context, 300)
+    with TestClient(create_scripted_app("reference")) as c:
+        one = chat(c, msgs, logprobs=True, return_token_ids=True)
+        text = one["choices"][0]["message"]["content"]
+        assert text == f"```repl\n{reference_solution(task.question).rstrip()}\n```"
+        ids = one["choices"][0]["token_ids"]
+        assert ids[-1] == IM_END and len(ids) == len(one["choices"][0]["logprobs"]["content"])
+        assert one["usage"]["prompt_tokens"] == len(one["prompt_token_ids"]) == len(render_prompt(msgs))
+        msgs2 = msgs + [{"role": "assistant", "content": text}, {"role": "user", "content": "REPL output:\n..."}]
+        two = chat(c, msgs2, return_token_ids=True)
+        assert two["prompt_token_ids"][: len(one["prompt_token_ids"]) + len(ids)] == one["prompt_token_ids"] + ids
+        plain = chat(c, [{"role": "user", "content": "hello"}])
+        assert "token_ids" not in plain["choices"][0] and "prompt_token_ids" not in plain
+        assert plain["choices"][0]["message"]["content"].startswith("[scripted reply to a 5-character prompt")
+
+
+def test_policies_and_switching():
+    task = get_task(load_split("test")[0])
+    msgs = prompts.initial_messages(task.question, task.context, 300)
+    assert "FINAL(" in scripted_reply("no_tools", msgs) and "context" not in scripted_reply("no_tools", msgs)
+    assert "llm_batch" in scripted_reply("recursive", msgs)
+    assert prompts.code_blocks(scripted_reply("no_code", msgs)) == []
+    later = msgs + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
+    assert scripted_reply("no_code", later) == scripted_reply("reference", msgs)
+    nested = prompts.initial_messages(prompts.NESTED_QUESTION, "z" * 9000, 300)
+    assert "FINAL(head)" in scripted_reply("reference", nested)
+    with TestClient(create_scripted_app("reference")) as c:
+        assert c.post("/scripted/policy", json={"policy": "bogus"}).status_code == 422
+        assert c.post("/scripted/policy", json={"policy": "no_tools"}).json() == {"policy": "no_tools"}
+        assert "FINAL(" in chat(c, msgs)["choices"][0]["message"]["content"]
+        assert c.get("/v1/models").json()["data"][0]["id"] == "fathom-base"
+        assert c.post("/v1/chat/completions", json={"messages": []}).status_code == 400
+
+
+def test_max_tokens_cuts_the_reply_with_finish_reason_length():
+    task = get_task(load_split("test")[0])
+    msgs = prompts.initial_messages(task.question, task.context, 300)
+    with TestClient(create_scripted_app("reference")) as c:
+        r = chat(c, msgs, max_tokens=5, return_token_ids=True)
+        assert r["choices"][0]["finish_reason"] == "length" and len(r["choices"][0]["token_ids"]) == 4
