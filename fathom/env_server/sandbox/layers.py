@@ -160,8 +160,10 @@ sys.path.insert(0, sys.argv[1])
 from fathom.env_server.sandbox import layers as L
 def rl():
     L.apply_rlimits(256, 5, 1, 64)
+    return "RLIMIT_AS, CPU, FSIZE, NOFILE, NPROC, CORE set"
 def nnp():
     L.apply_no_new_privs()
+    return "PR_SET_NO_NEW_PRIVS and non-dumpable set"
 def ll():
     from landlock.plumbing import landlock_abi_version
     v = landlock_abi_version()

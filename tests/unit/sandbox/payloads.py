@@ -68,6 +68,8 @@ PAYLOADS: list[tuple[str, str]] = [
      "import string\nprint(string.Formatter().get_field('0.__class__', [1], {}))\nprint('ESCAPED')"),
     ("userstring_format",
      "import collections\nprint(collections.UserString('{0.__class__}').format(1))\nprint('ESCAPED')"),
+    ("format_index_then_attr", "print('{0[0].__class__}'.format([1]))\nprint('ESCAPED')"),
+    ("match_class_pattern", "match ():\n    case tuple(__class__=T):\n        print('ESCAPED', T)"),
     ("fstring", "print(f'{().__class__}')\nprint('ESCAPED')"),
     # --- operator / functools ---------------------------------------------------------------
     ("attrgetter_globals", "import operator\nf = operator.attrgetter('__globals__')\nprint(f(llm))\nprint('ESCAPED')"),

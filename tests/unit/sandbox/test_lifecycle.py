@@ -185,3 +185,17 @@ def test_protocol_abuse_by_an_oversized_llm_batch():
         assert small.new_episode("").run("print(3)").stdout == "3\n"
     finally:
         small.close()
+
+
+def test_cpu_limit_and_crash_are_named():
+    small = SandboxPool(SandboxConfig(call_timeout_s=20.0, episode_cpu_s=1))
+    try:
+        ep = small.new_episode("")
+        res = ep.run("while True:\n    pass")
+        assert res.killed_reason == "cpu" and "CPU time" in res.error
+        ep = small.new_episode("")
+        signal.pidfd_send_signal(ep._pidfd, signal.SIGSEGV)  # stands in for a crash of the interpreter
+        res = ep.run("print(1)")
+        assert res.killed_reason == "crashed" and not ep.alive
+    finally:
+        small.close()
