@@ -46,6 +46,9 @@ class EnvServerConfig(FathomModel):
     sub_rlm_max_turns: int = Field(4, ge=1)
     """Turn limit of a nested RLM episode."""
 
+    task_cache_chars: int = Field(128 * 2**20, ge=0)
+    """Total context characters of recently used tasks kept in memory (a GRPO group reruns one task); 0 disables."""
+
     proxy_url: str = ""
     """Default capture proxy base URL for episodes that name none; empty means http://{capture_proxy.host}:{capture_proxy.port}."""
 

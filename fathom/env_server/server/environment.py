@@ -20,7 +20,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server import prompts
-from fathom.env_server.server.episodes import load_task, resolve_limits
+from fathom.env_server.server.episodes import resolve_limits
 from fathom.env_server.server.harness import Current, Harness, Tally, Unscorable
 from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
 from fathom.protocol import EpisodeLimits, RewardComponents, TurnStat
@@ -121,7 +121,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         if task_id is None and family is None and length is None:
             task_id = await loop.run_in_executor(self.rt.executor, _train_task_id, seed or 0)
             seed = None
-        task = await loop.run_in_executor(self.rt.executor, load_task, task_id, family, seed, length)
+        task = await loop.run_in_executor(self.rt.executor, self.rt.load_task, task_id, family, seed, length)
         proxy = None
         if kwargs.get("session_id"):
             url = kwargs.get("proxy_url") or self.rt.default_proxy_url

@@ -86,7 +86,8 @@ class EpisodeManager:
             raise HTTPException(409, f"episode id {episode_id!r} already exists; choose a new episode_id")
         loop = asyncio.get_running_loop()
         # Resolve before answering so an unknown task is a 404 on this request, not a failed episode later.
-        task = await loop.run_in_executor(self.rt.executor, load_task, req.task_id, req.family, req.seed, req.length)
+        task = await loop.run_in_executor(self.rt.executor, self.rt.load_task, req.task_id, req.family, req.seed,
+                                          req.length)
         entry = _Entry(EpisodeResult(episode_id=episode_id, task_id=task.id, session_id=req.session_id,
                                      status="pending", metadata=req.metadata))
         self.entries[episode_id] = entry

@@ -10,7 +10,8 @@ import httpx
 
 from fathom.config import FathomConfig
 from fathom.env_server.server.environment import StepStore
-from fathom.env_server.server.episodes import EpisodeManager
+from fathom.env_server.server.episodes import EpisodeManager, load_task
+from fathom.env_server.server.task_cache import TaskCache
 
 
 def _default_pool(cfg: FathomConfig) -> Any:
@@ -33,6 +34,11 @@ class Runtime:
         self.http: httpx.AsyncClient | None = None
         self.episodes: EpisodeManager | None = None
         self.step_store = StepStore(es.max_concurrent_envs, es.http_episode_idle_s, es.result_retention_s)
+        self.tasks = TaskCache(es.task_cache_chars)
+
+    def load_task(self, task_id: str | None, family: str | None, seed: int | None, length: int | None) -> Any:
+        """`episodes.load_task` through the cache (blocking: call it in the executor)."""
+        return self.tasks.get((task_id, family, seed, length), lambda: load_task(task_id, family, seed, length))
 
     @property
     def default_proxy_url(self) -> str:

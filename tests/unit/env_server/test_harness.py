@@ -201,3 +201,27 @@ def test_only_root_final_counts_for_the_reward():
 
     out, turns, tally, *_ = run(model, cfg={"sub_rlm_min_chars": 100})
     assert out.answer == "inner" and tally.final_calls == 1
+
+
+def test_task_cache_reuses_and_evicts_by_size():
+    from types import SimpleNamespace
+
+    from fathom.env_server.server.task_cache import TaskCache
+
+    made = []
+
+    def make(n):
+        def f():
+            made.append(n)
+            return SimpleNamespace(context="x" * n)
+        return f
+
+    c = TaskCache(max_chars=100)
+    a = c.get(("a",), make(60))
+    assert c.get(("a",), make(60)) is a and made == [60]
+    c.get(("b",), make(50))  # 110 > 100: "a" goes
+    c.get(("a",), make(60))
+    assert made == [60, 50, 60] and (c.hits, c.misses) == (1, 3)
+    c.get(("big",), make(500))  # larger than the whole cache: served, not kept
+    c.get(("big",), make(500))
+    assert made[-2:] == [500, 500]
