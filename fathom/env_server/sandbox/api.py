@@ -148,14 +148,10 @@ class SandboxPool:
             raise ValueError(f"context has {len(context):,} characters, over sandbox.max_context_chars "
                              f"({self.cfg.max_context_chars:,}); raise that setting or shorten the document")
         # The context travels as a memfd the worker maps, not through the socket: 100 MB in ~0.1 s.
-        data = context.encode("utf-8", "surrogatepass")
         memfd = os.memfd_create("fathom-context", os.MFD_CLOEXEC)
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(memfd, view):]
-            del data, view
+            _write_context(memfd, context)
             msg, fds = self._request({"op": "fork", "ctx_len": os.fstat(memfd).st_size}, [child.fileno(), memfd])
         finally:
             os.close(memfd)
@@ -184,6 +180,17 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_CHUNK_CHARS = 8 << 20
+
+
+def _write_context(fd: int, context: str) -> None:
+    """UTF-8 encode in chunks so a 100 MB context never has a second full copy in the host."""
+    for i in range(0, len(context), _CHUNK_CHARS):
+        view = memoryview(context[i:i + _CHUNK_CHARS].encode("utf-8", "surrogatepass"))
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def _shutdown(proc: subprocess.Popen, ctl: socket.socket) -> None:

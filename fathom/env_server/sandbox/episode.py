@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import socket
 import threading
@@ -61,16 +60,8 @@ class EpisodeSandbox:
 
     # --- framing with a deadline ----------------------------------------------------------------
     def _recv(self, deadline: float) -> dict[str, Any]:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise _Deadline()
-        r, _, _ = select.select([self._sock], [], [], left)
-        if not r:
-            raise _Deadline()
-        # The worker may stall mid-frame; the socket timeout keeps the deadline honest.
-        self._sock.settimeout(max(0.001, deadline - time.monotonic()))
         try:
-            msg, _ = wire.recv(self._sock, self._pool.cfg.max_message_bytes)
+            msg, _ = wire.recv(self._sock, self._pool.cfg.max_message_bytes, deadline=deadline)
         except socket.timeout:
             raise _Deadline() from None
         finally:

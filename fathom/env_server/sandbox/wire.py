@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from typing import Any
 
 _LEN = struct.Struct(">I")
@@ -30,9 +31,15 @@ def send(sock: socket.socket, msg: dict[str, Any], fds: list[int] | None = None)
         sock.sendall(frame)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
     buf = bytearray()
     while len(buf) < n:
+        if deadline is not None:
+            # Re-armed per chunk so a peer trickling bytes cannot stretch the deadline.
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline passed")
+            sock.settimeout(left)
         chunk = sock.recv(min(n - len(buf), 1 << 20))
         if not chunk:
             raise WireError("channel closed")
@@ -40,21 +47,23 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def recv(sock: socket.socket, max_bytes: int, want_fds: bool = False) -> tuple[dict[str, Any], list[int]]:
-    """Read one frame; raises WireError on EOF, bad framing or a frame over `max_bytes`."""
+def recv(sock: socket.socket, max_bytes: int, want_fds: bool = False,
+         deadline: float | None = None) -> tuple[dict[str, Any], list[int]]:
+    """Read one frame; raises WireError on EOF, bad framing or a frame over `max_bytes`,
+    and socket.timeout once `deadline` (time.monotonic) passes."""
     fds: list[int] = []
     if want_fds:
         first, fds, _flags, _addr = socket.recv_fds(sock, 1, MAX_FDS)
         if not first:
             raise WireError("channel closed")
-        head = first + _recv_exact(sock, _LEN.size - 1)
+        head = first + _recv_exact(sock, _LEN.size - 1, deadline)
     else:
-        head = _recv_exact(sock, _LEN.size)
+        head = _recv_exact(sock, _LEN.size, deadline)
     (n,) = _LEN.unpack(head)
     if n > max_bytes:
         raise WireError(f"frame of {n} bytes exceeds the {max_bytes}-byte limit")
     try:
-        msg = json.loads(_recv_exact(sock, n).decode("utf-8", "surrogatepass"))
+        msg = json.loads(_recv_exact(sock, n, deadline).decode("utf-8", "surrogatepass"))
     except (ValueError, RecursionError) as e:
         raise WireError(f"undecodable frame: {e}") from None
     if not isinstance(msg, dict):

@@ -174,3 +174,12 @@ def test_output_defaults_to_the_configured_cap(ep):
     assert not res.truncated and len(res.stdout) == 5001
     out = res.output()
     assert out.startswith("z" * ep._pool.cfg.output_cap_chars) and "output truncated: 3000 more characters" in out
+
+
+def test_context_with_lone_surrogate_round_trips(pool):
+    ep = pool.new_episode("a\ud800b")
+    try:
+        res = ep.run("print(len(context), context[0], context[2])\nFINAL(context)")
+        assert res.stdout == "3 a b\n" and res.final_answer == "a\ud800b"
+    finally:
+        ep.close()
