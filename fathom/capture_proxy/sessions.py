@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,8 @@ class CallRecord:
     depth: int
     parent: str | None
     status: str
-    """`ok`, `invalid` (captured but failed validation), `failed` (upstream error) or `refused` (budget)."""
+    """`ok`, `invalid` (captured but failed validation), `failed` (upstream error) or `refused` (budget);
+    `captured` only in the instant between answering the client and validating (never seen by readers)."""
     error: str | None = None
     turn: Any = None
     """The validated OpenEnv TrainingTurn (status ok)."""
@@ -70,6 +71,8 @@ class Session:
     calls_by_role: dict[str, int] = field(default_factory=dict)
     records: list[CallRecord] = field(default_factory=list)
     last_root: CallRecord | None = None
+    pending: deque = field(default_factory=deque)
+    """Answered calls whose capture runs just after the answer is sent (see calls.flush)."""
 
     @property
     def closed(self) -> bool:

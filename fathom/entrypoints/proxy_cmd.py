@@ -26,4 +26,4 @@ def serve(ctx: typer.Context, config: str = CONFIG_OPTION) -> None:
     print(f"capture proxy on http://{pc.host}:{pc.port} -> {upstream} (policy = {ps.served_model_name}, "
           f"{ps.weight_sync} sync)", flush=True)
     # Access logs cost ~10% of the proxy's per-call overhead; metrics cover the same ground.
-    uvicorn.run(app_, host=pc.host, port=pc.port, log_level="warning", access_log=False)
+    uvicorn.run(app_, host=pc.host, port=pc.port, log_level="warning", access_log=False, proxy_headers=False)

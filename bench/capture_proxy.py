@@ -1,0 +1,271 @@
+"""Benchmark of the capture proxy. Prints one JSON object with a `targets` list.
+
+Against a fake instant upstream (a vLLM-shaped canned answer: 512 prompt ids, 64 sampled ids
+with logprobs), the same load goes direct, through FATHOM's proxy and through OpenEnv 0.10's
+capture server (`openenv.core.harness.capture.server`), each server in its own process:
+latency p50/p99 at concurrency 1 and 64, and requests/s. Added latency = proxied - direct.
+
+Against the real vLLM-CPU (tiny model), completion tokens/s proxied over direct.
+
+    .venv/bin/python bench/capture_proxy.py            # everything (starts vLLM, ~2-3 min)
+    .venv/bin/python bench/capture_proxy.py --no-vllm  # fake upstream only
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BASE = "fake-base"
+N_PROMPT, N_COMPLETION = 512, 64
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- servers (each runs in its own process: python bench/capture_proxy.py --serve KIND) -------------
+
+def fake_app():
+    import orjson
+
+    chat = orjson.dumps({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": BASE,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "tok " * N_COMPLETION},
+                     "logprobs": {"content": [{"token": "tok", "logprob": -0.5, "bytes": [116, 111, 107],
+                                               "top_logprobs": []} for _ in range(N_COMPLETION)]},
+                     "finish_reason": "stop", "token_ids": list(range(1000, 1000 + N_COMPLETION))}],
+        "prompt_token_ids": list(range(N_PROMPT)),
+        "usage": {"prompt_tokens": N_PROMPT, "completion_tokens": N_COMPLETION, "total_tokens": N_PROMPT + N_COMPLETION},
+    })
+    models = orjson.dumps({"object": "list", "data": [{"id": BASE, "object": "model", "parent": None}]})
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        body = models if scope["path"].endswith("/models") else chat
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+def serve(kind: str, port: int, upstream: str, base: str) -> None:
+    import uvicorn
+
+    if kind == "fake":
+        app = fake_app()
+    elif kind == "ours":
+        from fathom.capture_proxy import create_app
+        from fathom.config.capture_proxy import CaptureProxyConfig
+
+        app = create_app(CaptureProxyConfig(port=port), upstream_url=upstream, base_model=base, weight_sync="adapter")
+    else:
+        from openenv.core.harness.capture.server import create_app as openenv_app
+
+        app = openenv_app(llm_url=upstream, model=base, capture_level="tokens", max_output_tokens=None)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False, proxy_headers=False)
+
+
+class Server:
+    def __init__(self, kind: str, upstream: str = "", base: str = BASE) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--upstream", upstream, "--base", base],
+            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{kind} server did not start: {self.proc.stderr.read().decode()[-2000:]}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# --- load generation: one persistent raw HTTP/1.1 connection per worker, same bytes for every target ---
+
+def post_bytes(url: str, path: str, body: dict, key: str | None) -> bytes:
+    payload = json.dumps(body).encode()
+    port = url.rsplit(":", 1)[1]
+    head = [f"POST {path} HTTP/1.1", f"host: 127.0.0.1:{port}", "content-type: application/json",
+            f"content-length: {len(payload)}"]
+    if key:
+        head.append(f"authorization: Bearer {key}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
+
+
+async def worker(url: str, raw: bytes, n: int, out: list[float], tokens: list[int] | None = None) -> None:
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            writer.write(raw)
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            body = await reader.readexactly(length)
+            out.append(time.perf_counter() - t)
+            if status != 200:
+                raise RuntimeError(f"{url} answered {status}: {body[:300]!r}")
+            if tokens is not None:
+                tokens.append(json.loads(body)["usage"]["completion_tokens"])
+    finally:
+        writer.close()
+
+
+async def run_load(url: str, raws: list[bytes], per_worker: int) -> tuple[list[float], float, list[int]]:
+    lat: list[float] = []
+    toks: list[int] = []
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(url, raw, per_worker, lat, toks) for raw in raws))
+    return lat, time.perf_counter() - t0, toks
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def open_sessions(url: str, n: int, kind: str) -> list[str]:
+    import httpx
+
+    return [httpx.post(url + "/sessions", json={} if kind == "ours" else {}).json()["session_id"] for _ in range(n)]
+
+
+CHAT = {"messages": [{"role": "system", "content": "You answer questions about a long document. " * 10},
+                     {"role": "user", "content": "Where is the needle? " * 40}], "max_tokens": N_COMPLETION}
+
+
+def fake_upstream_bench(n_c1: int, per_worker_c64: int) -> dict:
+    fake = Server("fake")
+    servers = {"ours": Server("ours", fake.url), "openenv": Server("openenv", fake.url)}
+    results: dict = {}
+    try:
+        for name in ("direct", "ours", "openenv"):
+            url = fake.url if name == "direct" else servers[name].url
+            model = BASE if name == "direct" else "policy"
+            body = {**CHAT, "model": model, "logprobs": True, "return_token_ids": True}
+            keys = [None] * 64 if name == "direct" else open_sessions(url, 64, name)
+            raws = [post_bytes(url, "/v1/chat/completions", body, k) for k in keys]
+            asyncio.run(run_load(url, raws[:1], 300))  # warm-up
+            lat1, _, _ = asyncio.run(run_load(url, raws[:1], n_c1))
+            lat64, wall64, _ = asyncio.run(run_load(url, raws, per_worker_c64))
+            results[name] = {
+                "c1_p50_ms": pct(lat1, 0.5) * 1e3, "c1_p99_ms": pct(lat1, 0.99) * 1e3,
+                "c1_rps": len(lat1) / sum(lat1),
+                "c64_p50_ms": pct(lat64, 0.5) * 1e3, "c64_p99_ms": pct(lat64, 0.99) * 1e3,
+                "c64_rps": len(lat64) / wall64,
+            }
+    finally:
+        for s in (*servers.values(), fake):
+            s.stop()
+    d = results["direct"]
+    for name in ("ours", "openenv"):
+        r = results[name]
+        for k in ("c1_p50", "c1_p99", "c64_p50", "c64_p99"):
+            r[f"added_{k}_ms"] = r[f"{k}_ms"] - d[f"{k}_ms"]
+    return results
+
+
+def vllm_bench(rounds: int, workers: int, per_worker: int) -> dict:
+    from fathom.config import load_config
+    from fathom.policy_server.launch import PolicyServer
+    from fathom.policy_server.tiny import build_tiny
+
+    model_dir = build_tiny()
+    cfg = load_config(None, ["--model.name", str(model_dir), "--policy_server.enforce_eager", "true",
+                             "--policy_server.port", str(free_port()), "--policy_server.cpu_kvcache_gb", "2"])
+    with tempfile.TemporaryDirectory() as logs, PolicyServer(cfg.policy_server, cfg.model, str(model_dir), logs) as vllm:
+        base = cfg.policy_server.served_model_name
+        proxy = Server("ours", vllm.base_url, base)
+        try:
+            body = {"messages": [{"role": "user", "content": "Count to one hundred."}], "max_tokens": 48,
+                    "ignore_eos": True, "temperature": 1.0}
+            direct_raws = [post_bytes(vllm.base_url, "/v1/chat/completions",
+                                      {**body, "model": base, "logprobs": True, "return_token_ids": True,
+                                       "top_p": 1.0, "top_k": 0}, None)] * workers
+            proxy_raws = [post_bytes(proxy.url, "/v1/chat/completions", {**body, "model": "policy"}, k)
+                          for k in open_sessions(proxy.url, workers, "ours")]
+            asyncio.run(run_load(vllm.base_url, direct_raws, 1))
+            asyncio.run(run_load(proxy.url, proxy_raws, 1))
+            tally = {"direct": [0, 0.0], "proxied": [0, 0.0]}
+            for _ in range(rounds):  # interleaved so drift in the engine's speed hits both equally
+                for name, url, raws in (("direct", vllm.base_url, direct_raws), ("proxied", proxy.url, proxy_raws)):
+                    _, wall, toks = asyncio.run(run_load(url, raws, per_worker))
+                    tally[name][0] += sum(toks)
+                    tally[name][1] += wall
+        finally:
+            proxy.stop()
+    tps = {k: v[0] / v[1] for k, v in tally.items()}
+    return {"direct_tokens_per_s": tps["direct"], "proxied_tokens_per_s": tps["proxied"],
+            "proxied_over_direct": tps["proxied"] / tps["direct"], "rounds": rounds, "concurrency": workers}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--serve", choices=["fake", "ours", "openenv"])
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--upstream", default="")
+    ap.add_argument("--base", default=BASE)
+    ap.add_argument("--requests", type=int, default=2000, help="requests at concurrency 1 per target")
+    ap.add_argument("--per-worker", type=int, default=40, help="requests per worker at concurrency 64")
+    ap.add_argument("--no-vllm", action="store_true", help="skip the real vLLM-CPU throughput comparison")
+    ap.add_argument("--vllm-rounds", type=int, default=3)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.upstream, args.base)
+        return
+
+    fake = fake_upstream_bench(args.requests, args.per_worker)
+    vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, per_worker=4)
+    ours, oe = fake["ours"], fake["openenv"]
+    targets = [
+        {"name": "added_p50_latency_ms_c1", "value": round(ours["added_c1_p50_ms"], 4), "target": "< 1.0",
+         "met": ours["added_c1_p50_ms"] < 1.0},
+        {"name": "added_latency_vs_openenv_capture_c1_p50", "value": round(ours["added_c1_p50_ms"] / oe["added_c1_p50_ms"], 4),
+         "target": "<= 0.5", "met": ours["added_c1_p50_ms"] <= 0.5 * oe["added_c1_p50_ms"]},
+        {"name": "proxied_over_direct_tokens_per_s", "value": None if vllm is None else round(vllm["proxied_over_direct"], 4),
+         "target": ">= 0.98", "met": None if vllm is None else vllm["proxied_over_direct"] >= 0.98},
+    ]
+    rounded = {k: {m: round(v, 4) for m, v in r.items()} for k, r in fake.items()}
+    print(json.dumps({"bench": "capture_proxy", "cpu_count": os.cpu_count(),
+                      "fake_upstream": {"prompt_ids": N_PROMPT, "completion_ids": N_COMPLETION, **rounded},
+                      "vllm_cpu": vllm, "targets": targets}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
