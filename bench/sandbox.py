@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import threading
 import time

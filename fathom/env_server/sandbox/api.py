@@ -80,6 +80,9 @@ class SandboxPool:
             )
         self.active = [n for n, v in self.layers.items() if v["available"] and n not in self.cfg.disabled_layers]
         self._lock = threading.Lock()
+        self._gen = 0
+        self.zygote_restarts = 0
+        """How often a dead zygote was replaced (each loses the episodes it served)."""
         self._episodes: weakref.WeakSet[EpisodeSandbox] = weakref.WeakSet()
         self._closed = False
         self._start_zygote()
@@ -130,15 +133,37 @@ class SandboxPool:
             err = b""
         return (err or b"").decode(errors="replace")
 
-    def _request(self, msg: dict, fds: list[int] | None = None) -> tuple[dict, list[int]]:
+    def _request(self, msg: dict, fds: list[int] | None = None) -> tuple[dict, list[int], int]:
+        """One request to the zygote; returns its reply, any fds, and which zygote generation answered."""
         with self._lock:
             if self._closed:
                 raise SandboxError("the sandbox pool is closed; create a new SandboxPool")
             try:
                 wire.send(self._ctl, msg, fds)
-                return wire.recv(self._ctl, 1 << 20, want_fds=True)
+                return (*wire.recv(self._ctl, 1 << 20, want_fds=True), self._gen)
             except (wire.WireError, OSError) as e:
-                raise SandboxError(f"sandbox zygote is gone ({e}); close this pool and start a new one") from None
+                raise SandboxError(f"sandbox zygote is gone ({e})") from None
+
+    def _status(self, token: int, gen: int) -> dict:
+        """How a worker ended (after the host SIGKILLed it); {} when unknown or its zygote is gone."""
+        if gen != self._gen:
+            return {}
+        try:
+            return self._request({"op": "status", "token": token})[0]
+        except SandboxError:
+            return {}
+
+    def _restart_zygote(self, seen_gen: int) -> None:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox pool is closed; create a new SandboxPool")
+            if self._gen != seen_gen:
+                return  # another thread already restarted it
+            log.warning("sandbox zygote died; starting a new one (episodes of the old one are gone)")
+            self._finalizer()
+            self._start_zygote()
+            self._gen += 1
+            self.zygote_restarts += 1
 
     def new_episode(self, context: str, llm_handler: LlmHandler | None = None) -> "EpisodeSandbox":
         """Fork a fresh worker with `context` preloaded as the variable `context`."""
@@ -152,7 +177,19 @@ class SandboxPool:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             _write_context(memfd, context)
-            msg, fds = self._request({"op": "fork", "ctx_len": os.fstat(memfd).st_size}, [child.fileno(), memfd])
+            req = {"op": "fork", "ctx_len": os.fstat(memfd).st_size}
+            gen = self._gen
+            try:
+                msg, fds, gen = self._request(req, [child.fileno(), memfd])
+            except SandboxError:
+                if self._closed:
+                    raise
+                # A dead zygote would fail every later episode of a long run: replace it once.
+                self._restart_zygote(gen)
+                msg, fds, gen = self._request(req, [child.fileno(), memfd])
+        except BaseException:
+            host.close()
+            raise
         finally:
             os.close(memfd)
             child.close()
@@ -161,7 +198,7 @@ class SandboxPool:
                 os.close(fd)
             host.close()
             raise SandboxError(f"sandbox zygote could not fork a worker: {msg.get('error', msg)}")
-        ep = EpisodeSandbox(self, host, fds[0], int(msg["pid"]), llm_handler)
+        ep = EpisodeSandbox(self, host, fds[0], int(msg["token"]), gen, llm_handler)
         ep._await_ready(self.cfg.start_timeout_s)
         self._episodes.add(ep)
         return ep

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from fathom.env_server.sandbox import wire
-from fathom.env_server.sandbox.worker import EXIT_MEMORY, EXIT_SETUP
+from fathom.env_server.sandbox.worker import EXIT_MEMORY
 
 if TYPE_CHECKING:
     from fathom.env_server.sandbox.api import RunResult, SandboxPool
@@ -23,9 +23,10 @@ class _Deadline(Exception):
 class EpisodeSandbox:
     """A worker forked for one episode; variables persist across `run` calls until `close`."""
 
-    def __init__(self, pool: "SandboxPool", sock: socket.socket, pidfd: int, pid: int,
+    def __init__(self, pool: "SandboxPool", sock: socket.socket, pidfd: int, token: int, gen: int,
                  llm_handler: Callable[[list[str]], list[str]] | None) -> None:
-        self._pool, self._sock, self._pidfd, self._pid = pool, sock, pidfd, pid
+        self._pool, self._sock, self._pidfd = pool, sock, pidfd
+        self._token, self._gen = token, gen  # the zygote's name for this worker, and which zygote
         self._llm = llm_handler
         self._lock = threading.Lock()  # one run at a time
         self._fd_lock = threading.Lock()  # pidfd use vs. close: a reused fd number must never be signalled
@@ -69,8 +70,7 @@ class EpisodeSandbox:
         return msg
 
     def run(self, code: str) -> "RunResult":
-        from fathom.env_server.sandbox.api import RunResult
-
+        """Run `code` in the episode's namespace; never raises for what the code does."""
         t0 = time.monotonic()
         with self._lock:
             res = self._run_locked(code, t0)
@@ -144,11 +144,7 @@ class EpisodeSandbox:
     def _kill_and_reason(self, reason: str | None) -> str:
         """SIGKILL the worker, reap it through the zygote and name why it ended."""
         self._signal_kill()
-        status: dict[str, Any] = {}
-        try:
-            status, _ = self._pool._request({"op": "status", "pid": self._pid})
-        except Exception:  # noqa: BLE001 - a gone zygote still leaves the episode dead
-            pass
+        status = self._pool._status(self._token, self._gen)
         if reason is None:
             sig, code = status.get("signal"), status.get("exit_code")
             if code == EXIT_MEMORY:
@@ -188,10 +184,7 @@ class EpisodeSandbox:
         self._signal_kill()
         with self._lock:
             if self._pidfd >= 0:
-                try:
-                    self._pool._request({"op": "status", "pid": self._pid})
-                except Exception:  # noqa: BLE001 - pool already closed: the zygote reaped it
-                    pass
+                self._pool._status(self._token, self._gen)  # reap it now, not at pool close
             self._close_fds()
 
     def __del__(self) -> None:

@@ -27,8 +27,12 @@ _MAX_STATUSES = 4096
 class Zygote:
     def __init__(self, ctl: socket.socket, opts: dict[str, Any]) -> None:
         self.ctl, self.opts = ctl, opts
-        self.children: dict[int, str] = {}  # pid -> tmpdir
-        self.statuses: dict[int, int] = {}
+        # Workers are named by a token, never by pid: a pid can be reused by a later worker,
+        # and a status request for a stale pid must not wait on (or kill) the new one.
+        self.children: dict[int, tuple[str, int]] = {}  # pid -> (tmpdir, token)
+        self.tokens: dict[int, int] = {}  # token -> pid, while the worker is unreaped
+        self.statuses: dict[int, int] = {}  # token -> wait status
+        self.next_token = 1
         self.tmp_root = tempfile.mkdtemp(prefix="fathom-sandbox-")
         self.opts["read_paths"] = layers.python_read_paths()
         signal.signal(signal.SIGCHLD, self._on_sigchld)
@@ -44,10 +48,14 @@ class Zygote:
                 return
             if got == 0:
                 return
-            self.statuses[got] = status
-            if len(self.statuses) > _MAX_STATUSES:
-                self.statuses.pop(next(iter(self.statuses)))
-            shutil.rmtree(self.children.pop(got, ""), ignore_errors=True) if got in self.children else None
+            entry = self.children.pop(got, None)
+            if entry is not None:
+                tmpdir, token = entry
+                self.tokens.pop(token, None)
+                self.statuses[token] = status
+                if len(self.statuses) > _MAX_STATUSES:
+                    self.statuses.pop(next(iter(self.statuses)))
+                shutil.rmtree(tmpdir, ignore_errors=True)
             if pid:
                 return
 
@@ -59,31 +67,42 @@ class Zygote:
             return
         sock_fd, ctx_fd = fds
         tmpdir = tempfile.mkdtemp(prefix="ep-", dir=self.tmp_root)
-        pid = os.fork()
-        if pid == 0:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            worker.child_main(sock_fd, ctx_fd, int(msg["ctx_len"]), tmpdir, self.opts)
-            os._exit(0)
-        self.children[pid] = tmpdir
+        token, self.next_token = self.next_token, self.next_token + 1
+        # SIGCHLD stays blocked until the pidfd exists, so a worker that dies at once is not
+        # reaped (and its pid freed for reuse) before the pidfd pins it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+                worker.child_main(sock_fd, ctx_fd, int(msg["ctx_len"]), tmpdir, self.opts)
+                os._exit(0)
+            self.children[pid] = (tmpdir, token)
+            self.tokens[token] = pid
+            pidfd = os.pidfd_open(pid)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         os.close(sock_fd)
         os.close(ctx_fd)
-        pidfd = os.pidfd_open(pid)
         try:
-            wire.send(self.ctl, {"ok": True, "pid": pid}, [pidfd])
+            wire.send(self.ctl, {"ok": True, "pid": pid, "token": token}, [pidfd])
         finally:
             os.close(pidfd)
 
-    def status(self, pid: int) -> None:
+    def status(self, token: int) -> None:
+        """Reap the worker `token` (the host has just SIGKILLed it) and report how it ended."""
         deadline = time.monotonic() + 2.0
-        while pid not in self.statuses and pid in self.children and time.monotonic() < deadline:
-            self._reap(pid)
-            if pid not in self.statuses:
+        while token not in self.statuses and token in self.tokens and time.monotonic() < deadline:
+            self._reap(self.tokens[token])
+            if token not in self.statuses:
                 time.sleep(0.005)
-        if pid not in self.statuses and pid in self.children:
+        if token not in self.statuses and token in self.tokens:
+            pid = self.tokens[token]
             os.kill(pid, signal.SIGKILL)
             self._reap(pid, block=True)
-        st = self.statuses.pop(pid, None)
-        out: dict[str, Any] = {"ok": True, "pid": pid}
+        st = self.statuses.pop(token, None)
+        out: dict[str, Any] = {"ok": True, "token": token}
         if st is not None:
             out["signal"] = os.WTERMSIG(st) if os.WIFSIGNALED(st) else None
             out["exit_code"] = os.WEXITSTATUS(st) if os.WIFEXITED(st) else None
@@ -110,7 +129,7 @@ class Zygote:
             if op == "fork":
                 self.fork(msg, fds)
             elif op == "status":
-                self.status(int(msg["pid"]))
+                self.status(int(msg["token"]))
             elif op == "stop":
                 break
         self.shutdown()

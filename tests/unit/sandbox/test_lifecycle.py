@@ -117,20 +117,42 @@ def test_close_leaves_no_processes():
         pool.new_episode("")
 
 
-def test_dead_zygote_is_a_clear_error():
+def _kill_sandbox_tree(pool: SandboxPool) -> None:
+    for pid in _descendants(pool._proc.pid):  # the zygote itself, inside bwrap when present
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # killing the namespace's init already took it
+    pool._proc.kill()
+    pool._proc.wait()
+
+
+def test_dead_zygote_is_replaced_once_and_its_episodes_report_dead():
     pool = SandboxPool(SandboxConfig(call_timeout_s=2.0))
     try:
-        for pid in _descendants(pool._proc.pid):  # the zygote itself, inside bwrap when present
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass  # killing the namespace's init already took it
-        pool._proc.kill()
-        pool._proc.wait()
+        old = pool.new_episode("old")
+        old.run("v = 1")
+        old_tree = _descendants(pool._proc.pid) | {pool._proc.pid}
+        _kill_sandbox_tree(pool)
+        fresh = pool.new_episode("new")
+        assert pool.zygote_restarts == 1
+        assert fresh.run("print(context)").stdout == "new\n"
+        res = old.run("print(v)")
+        assert res.killed_reason is not None and not old.alive
+        assert _wait_gone(old_tree) == set()
+    finally:
+        pool.close()
+
+
+def test_zygote_that_cannot_restart_is_a_clear_error():
+    pool = SandboxPool(SandboxConfig(call_timeout_s=2.0, start_timeout_s=5.0))
+    try:
+        _kill_sandbox_tree(pool)
+        pool._start_zygote = lambda: (_ for _ in ()).throw(SandboxError("sandbox zygote failed to start (test)"))
         with pytest.raises(SandboxError, match="zygote"):
             pool.new_episode("")
     finally:
-        pool.close()
+        pool._finalizer()
 
 
 _HOST = textwrap.dedent(
