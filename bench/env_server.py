@@ -73,7 +73,8 @@ def main() -> None:
     ap.add_argument("--ws-steps", type=int, default=200)
     args = ap.parse_args()
     test_ids = load_split("test")
-    with running_stack(Path(tempfile.mkdtemp(prefix="bench_env_")), env_overrides={"max_concurrent_envs": 64}) as st:
+    with running_stack(Path(tempfile.mkdtemp(prefix="bench_env_")), env_overrides={"max_concurrent_envs": 64, "task_cache_chars": 0}) as st:
+        # Task cache off: every episode generates its task, as with distinct tasks in training.
         run_episodes(st.env_url, [{"task_id": i} for i in test_ids[:8]])  # warm-up: imports, haystack cache
         # 1) one episode at a time: the overhead without contention
         solo = []
@@ -96,7 +97,7 @@ def main() -> None:
         # 4) OpenEnv WebSocket steps, one client
         ws = ws_steps(st.env_url, test_ids[0], args.ws_steps)
     solo_t, load_t = turn_stats(solo), turn_stats(loaded)
-    overhead_p50 = pct(solo_t["server_ms"], 50)
+    overhead_p50 = pct(load_t["server_ms"], 50)
     out = {
         "bench": "env_server",
         "setup": "scripted reference policy -> capture proxy -> env server -> sandbox, each its own process, 2 cores",
@@ -115,8 +116,7 @@ def main() -> None:
         "targets": [
             {"name": "concurrent_episodes_zero_failures", "value": failures, "target": 0, "met": failures == 0
              and args.episodes >= 64},
-            # Uncontended: under 64 concurrent episodes the 2 cores are saturated by sandboxes, proxy and
-            # upstream, and wall-clock overhead is mostly run-queue wait (reported above, with CPU per turn).
+            # Measured with 64 episodes at once; the uncontended figure is in turn_latency_ms_one_at_a_time.
             {"name": "server_overhead_per_step_p50_ms", "value": round(overhead_p50, 3), "target": 5.0,
              "met": overhead_p50 <= 5.0},
             {"name": "reference_policy_solves_test_split", "value": round(solved, 4), "target": 0.99,

@@ -52,6 +52,11 @@ class StepEpisode:
         self.cur.cancel_pending()
         self.sandbox.close()
 
+    def close_soon(self) -> None:
+        """Close from the event loop without blocking it on the sandbox's IPC."""
+        self.cur.cancel_pending()
+        self.harness.executor.submit(self.sandbox.close)
+
 
 class StepStore:
     """Episodes started over stateless HTTP `/reset`, by id; idle ones are closed, finished ones kept a while."""
@@ -65,17 +70,17 @@ class StepStore:
         for k, ep in list(self.episodes.items()):
             limit = self.retention_s if ep.done else self.idle_s
             if now - ep.last_used > limit:
-                ep.close()
+                ep.close_soon()
                 del self.episodes[k]
 
     def put(self, ep: StepEpisode) -> None:
         self.purge()
         live = sum(1 for e in self.episodes.values() if not e.done)
         if live >= self.capacity:
-            ep.close()
+            ep.close_soon()
             raise HTTPException(503, f"{live} HTTP episodes are running (env_server.max_concurrent_envs); retry later")
         if ep.episode_id in self.episodes:
-            ep.close()
+            ep.close_soon()
             raise HTTPException(409, f"episode id {ep.episode_id!r} already exists; reset with a new episode_id")
         self.episodes[ep.episode_id] = ep
 
@@ -140,7 +145,8 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             raise HTTPException(503, str(e)) from None
         ep = StepEpisode(episode_id or uuid.uuid4().hex, task, sandbox, harness, cur, limits.max_turns)
         if self.session_owned:
-            self.close()
+            if self._ep is not None:
+                self._ep.close_soon()
             self._ep = ep
         else:
             self.rt.step_store.put(ep)
@@ -186,7 +192,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
                 res = await ep.harness.run_code(ep.sandbox, action.code, turn)
             except Unscorable as e:
                 ep.done, ep.stop_reason = True, "error"
-                ep.close()
+                ep.close_soon()
                 obs.done, obs.stop_reason, obs.error, obs.reward = True, "error", str(e), None
                 return obs
             ep.llm_calls += len(turn.subcalls)
@@ -199,7 +205,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             elif ep.turn >= ep.max_turns:
                 ep.done, ep.stop_reason = True, "max_turns"
             if ep.done:
-                ep.close()
+                ep.close_soon()
                 await self._verify(ep, obs)
             obs.done, obs.stop_reason = ep.done, ep.stop_reason
             return obs

@@ -258,7 +258,9 @@ class Harness:
             return LoopOutcome(None, False, "max_turns")
         finally:
             cur.cancel_pending()
-            ep.close()
+            # close() is an IPC round trip to the zygote: off the event loop, and not awaited so a
+            # cancelled (timed-out) loop still releases its worker.
+            asyncio.get_running_loop().run_in_executor(self.executor, ep.close)
 
     async def _run_reply(self, ep: Any, turn: TurnStat, turns_left: int) -> tuple[str | None, str]:
         """Run one reply's code blocks in order; returns (final answer or None, the next user message)."""
