@@ -24,6 +24,9 @@ class EnvServerConfig(FathomModel):
     """Deepest `llm()` recursion: 2 in training, 4 at demo time. Root turns are depth 0, `llm()` from
     the root REPL is depth 1; a sub-call at a depth below this may itself run as an RLM episode."""
 
+    demo_max_depth: int = Field(4, ge=0)
+    """Recursion depth for demo and eval episodes, which send it as `limits.max_depth`; training uses `max_depth`."""
+
     max_subcalls: int = Field(64, ge=0)
     """`llm()` prompts one episode may send (the whole recursion tree together); past it `llm()` raises in the REPL."""
 
