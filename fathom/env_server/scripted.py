@@ -79,7 +79,10 @@ def scripted_reply(policy: str, messages: list[dict[str, Any]]) -> str:
         return "I think the answer is probably in the document somewhere."
     if policy == "crash" and turn == 0:
         return _repl("def f(n):\n    return f(n + 1)\nf(0)")
-    return _repl(reference_solution(question))
+    try:
+        return _repl(reference_solution(question))
+    except ValueError as e:  # a question no generated task asks: say so instead of failing the call
+        return f"I cannot solve this question with a scripted solution ({e})."
 
 
 def _chat_response(body: dict[str, Any], policy: str, model: str) -> dict[str, Any]:

@@ -228,7 +228,7 @@ class Harness:
                 try:
                     reply = await self.proxy.chat(
                         messages, role=role, depth=depth, parent=parent, sampling=self.sampling,
-                        timeout_s=self.tally.remaining_s(),
+                        timeout_s=max(self.tally.remaining_s(), 0.001),
                     )
                 except ProxyError as e:
                     if e.kind == "refused":

@@ -57,3 +57,9 @@ def test_max_tokens_cuts_the_reply_with_finish_reason_length():
     with TestClient(create_scripted_app("reference")) as c:
         r = chat(c, msgs, max_tokens=5, return_token_ids=True)
         assert r["choices"][0]["finish_reason"] == "length" and len(r["choices"][0]["token_ids"]) == 4
+
+
+def test_unknown_question_gets_a_plain_refusal_not_an_error():
+    msgs = prompts.initial_messages("What is the airspeed of a swallow?", "x" * 100, 50)
+    reply = scripted_reply("reference", msgs)
+    assert reply.startswith("I cannot solve this question") and prompts.code_blocks(reply) == []
