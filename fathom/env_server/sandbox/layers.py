@@ -112,9 +112,12 @@ def apply_seccomp() -> None:
 
 
 def python_read_paths() -> list[str]:
-    """Directories a worker may read: the interpreter's stdlib and the venv (lazy imports, tracebacks)."""
-    paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-    return sorted(p for p in paths if p)
+    """What a worker may read: the interpreter's stdlib and the venv (lazy codec imports).
+
+    Not the project: the worker has imported all of it before the lockdown, and the
+    package holds task manifests that must stay out of reach.
+    """
+    return sorted(p for p in {sys.base_prefix, sys.prefix} if p)
 
 
 def bwrap_argv(tmpfs_mb: int, binds: list[str]) -> list[str]:
@@ -134,8 +137,12 @@ def bwrap_argv(tmpfs_mb: int, binds: list[str]) -> list[str]:
 
 
 def _bwrap_binds() -> list[str]:
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    return sorted({sys.base_prefix, sys.prefix, os.path.join(pkg_root, "fathom")})
+    """The Python install plus only the files the zygote imports: not the rest of the package."""
+    sandbox_dir = os.path.dirname(os.path.abspath(__file__))
+    env_dir = os.path.dirname(sandbox_dir)
+    pkg_dir = os.path.dirname(env_dir)
+    return sorted({sys.base_prefix, sys.prefix, sandbox_dir, os.path.join(env_dir, "__init__.py"),
+                   os.path.join(pkg_dir, "__init__.py")})
 
 
 _PROBE = r"""

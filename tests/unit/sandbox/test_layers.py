@@ -53,6 +53,7 @@ _ATTACKS = textwrap.dedent(
     attempt("read_passwd", lambda: open("/etc/passwd").read())
     attempt("read_host_secret", lambda: open(secret).read())
     attempt("read_environ", lambda: open("/proc/1/environ").read())
+    attempt("read_package", lambda: open(os.path.join(sys.argv[1], "fathom", "config", "__init__.py")).read())
     attempt("write_outside", lambda: open("/var/tmp/fathom_escape", "w").write("x"))
     attempt("socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
     attempt("unix_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
@@ -105,6 +106,7 @@ def test_raw_python_without_layers_is_not_contained(tmp_path):
     out, last = _raw_attack(tmp_path, [])
     assert last == "EXEC_ESCAPED"
     assert out["read_passwd"] == "ESCAPED" and out["read_host_secret"] == "ESCAPED" and out["fork"] == "ESCAPED"
+    assert out["read_package"] == "ESCAPED"
     os.unlink("/var/tmp/fathom_escape") if os.path.exists("/var/tmp/fathom_escape") else None
 
 
@@ -112,6 +114,7 @@ _IN_BWRAP = textwrap.dedent(
     """
     import json, os, socket, sys
     out = {"passwd": os.path.exists("/etc/passwd"), "host_tmp_file": os.path.exists(sys.argv[1]),
+           "package_rest": os.path.exists(sys.argv[3]),
            "root_home": os.path.exists("/root/.bashrc"), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
     s = socket.socket()
     s.settimeout(2)
@@ -137,12 +140,14 @@ def test_bwrap_hides_host_files_network_and_processes(tmp_path):
     srv.listen(1)
     try:
         argv = bwrap_argv(16, _bwrap_binds()) + [sys.executable, "-I", "-c", _IN_BWRAP, str(marker),
-                                                 str(srv.getsockname()[1])]
+                                                 str(srv.getsockname()[1]),
+                                                 os.path.join(ROOT, "fathom", "tasks", "__init__.py")]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     finally:
         srv.close()
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out["passwd"] is False and out["host_tmp_file"] is False and out["root_home"] is False
+    assert out["package_rest"] is False and os.path.exists(os.path.join(ROOT, "fathom", "tasks", "__init__.py"))
     assert out["connect"] != "ESCAPED" and out["write_usr"] != "ESCAPED"
     assert os.getpid() not in out["pids"] and max(out["pids"]) < 10
