@@ -2,8 +2,8 @@
 
 Over WebSocket (`/ws`, what OpenEnv clients use) each session owns one environment
 instance and its episode. OpenEnv's HTTP `/reset` and `/step` build a fresh instance per
-request, so an episode started over HTTP lives in the runtime's `StepStore` and later
-`/step` calls name it by `episode_id`.
+request, so an episode started over HTTP lives in the runtime's `StepStore`
+(step_episodes.py) and later `/step` calls name it by `episode_id`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
@@ -23,77 +22,13 @@ from fathom.env_server.server import prompts
 from fathom.env_server.server.episodes import resolve_limits
 from fathom.env_server.server.harness import Current, Harness, Tally, Unscorable
 from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
-from fathom.protocol import EpisodeLimits, RewardComponents, TurnStat
+from fathom.env_server.server.step_episodes import StepEpisode
+from fathom.protocol import EpisodeLimits, TurnStat
 
 if TYPE_CHECKING:
     from fathom.env_server.server.runtime import Runtime
 
 _RESET_FIELDS = ("task_id", "family", "seed", "length", "episode_id", "proxy_url", "session_id", "max_turns")
-
-
-@dataclass
-class StepEpisode:
-    episode_id: str
-    task: Any
-    sandbox: Any
-    harness: Harness
-    cur: Current
-    max_turns: int
-    turn: int = 0
-    done: bool = False
-    stop_reason: str | None = None
-    answer: str | None = None
-    components: RewardComponents | None = None
-    llm_calls: int = 0
-    last_used: float = field(default_factory=time.monotonic)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def close(self) -> None:
-        self.cur.cancel_pending()
-        self.sandbox.close()
-
-    def close_soon(self) -> None:
-        """Close from the event loop without blocking it on the sandbox's IPC."""
-        self.cur.cancel_pending()
-        self.harness.executor.submit(self.sandbox.close)
-
-
-class StepStore:
-    """Episodes started over stateless HTTP `/reset`, by id; idle ones are closed, finished ones kept a while."""
-
-    def __init__(self, capacity: int, idle_s: float, retention_s: float):
-        self.capacity, self.idle_s, self.retention_s = capacity, idle_s, retention_s
-        self.episodes: dict[str, StepEpisode] = {}
-
-    def purge(self) -> None:
-        now = time.monotonic()
-        for k, ep in list(self.episodes.items()):
-            limit = self.retention_s if ep.done else self.idle_s
-            if now - ep.last_used > limit:
-                ep.close_soon()
-                del self.episodes[k]
-
-    def put(self, ep: StepEpisode) -> None:
-        self.purge()
-        live = sum(1 for e in self.episodes.values() if not e.done)
-        if live >= self.capacity:
-            ep.close_soon()
-            raise HTTPException(503, f"{live} HTTP episodes are running (env_server.max_concurrent_envs); retry later")
-        if ep.episode_id in self.episodes:
-            ep.close_soon()
-            raise HTTPException(409, f"episode id {ep.episode_id!r} already exists; reset with a new episode_id")
-        self.episodes[ep.episode_id] = ep
-
-    def get(self, episode_id: str) -> StepEpisode:
-        ep = self.episodes.get(episode_id)
-        if ep is None:
-            raise HTTPException(404, f"unknown episode id {episode_id!r}; start one with /reset")
-        return ep
-
-    def close(self) -> None:
-        for ep in self.episodes.values():
-            ep.close()
-        self.episodes.clear()
 
 
 class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):

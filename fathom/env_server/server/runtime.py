@@ -9,7 +9,7 @@ from typing import Any, Callable
 import httpx
 
 from fathom.config import FathomConfig
-from fathom.env_server.server.environment import StepStore
+from fathom.env_server.server.step_episodes import StepStore
 from fathom.env_server.server.episodes import EpisodeManager, load_task
 from fathom.env_server.server.task_cache import TaskCache
 
