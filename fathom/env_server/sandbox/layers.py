@@ -74,6 +74,13 @@ def apply_rlimits(memory_limit_mb: int, cpu_s: int, fsize_mb: int, nofile: int) 
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+    # Many workers at their memory limit can still exhaust the machine; the kernel's OOM
+    # killer should then take a worker (reported as "memory"), never the host or the engine.
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
 
 
 def apply_no_new_privs() -> None:

@@ -221,3 +221,23 @@ def test_cpu_limit_and_crash_are_named():
         assert res.killed_reason == "crashed" and not ep.alive
     finally:
         small.close()
+
+
+def test_workers_are_the_oom_killers_first_choice(pool):
+    before = _descendants(os.getpid())
+    ep = pool.new_episode("")
+    try:
+        ep.run("x = 1")
+        new = _descendants(os.getpid()) - before
+        scores = []
+        for pid in new:
+            try:
+                with open(f"/proc/{pid}/oom_score_adj") as f:
+                    scores.append(int(f.read()))
+            except OSError:
+                continue
+        assert 1000 in scores  # the worker; the host keeps its own score
+        with open("/proc/self/oom_score_adj") as f:
+            assert int(f.read()) < 1000
+    finally:
+        ep.close()
