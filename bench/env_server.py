@@ -67,6 +67,38 @@ def ws_steps(env_url: str, task_id: str, n: int) -> dict[str, list[float]]:
     return {"step_ms": lat, "sandbox_ms": sandbox, "overhead_ms": [a - b for a, b in zip(lat, sandbox)]}
 
 
+def ws_sessions(env_url: str, task_ids: list[str], steps: int) -> dict:
+    """Many OpenEnv WebSocket sessions at once: reset, `steps` REPL steps, then the reference solution."""
+    import asyncio
+
+    from fathom.env_server.client import RLMEnv
+    from fathom.env_server.models import RLMAction
+    from fathom.tasks import reference_solution
+
+    async def one(tid: str) -> tuple[bool, list[float]]:
+        lat = []
+        async with RLMEnv(base_url=env_url) as env:
+            r = await env.reset(task_id=tid)
+            for i in range(steps):
+                t0 = time.perf_counter()
+                await env.step(RLMAction(code=f"n{i} = len(context) + {i}"))
+                lat.append((time.perf_counter() - t0) * 1000)
+            r = await env.step(RLMAction(code=reference_solution(r.observation.question)))
+            return bool(r.done and r.observation.reward_components and r.observation.reward_components["correct"]), lat
+
+    async def go() -> list:
+        return await asyncio.gather(*(one(t) for t in task_ids), return_exceptions=True)
+
+    t0 = time.perf_counter()
+    out = asyncio.run(go())
+    wall = time.perf_counter() - t0
+    ok = [o for o in out if not isinstance(o, BaseException)]
+    lat = [x for _, ls in ok for x in ls]
+    return {"sessions": len(task_ids), "failures": len(out) - len(ok), "solved": sum(c for c, _ in ok),
+            "wall_s": round(wall, 2), "step_ms": summary(lat) if lat else None,
+            "errors": sorted({repr(o)[:200] for o in out if isinstance(o, BaseException)})[:3]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=64, help="episodes submitted at once (server runs 64 at a time)")
@@ -94,8 +126,9 @@ def main() -> None:
         split = run_episodes(st.env_url, [{"task_id": i} for i in test_ids])
         split_wall = time.perf_counter() - t1
         solved = sum(1 for r in split if r["reward_components"] and r["reward_components"]["correct"]) / len(split)
-        # 4) OpenEnv WebSocket steps, one client
+        # 4) OpenEnv WebSocket steps, one client; then 64 sessions at once
         ws = ws_steps(st.env_url, test_ids[0], args.ws_steps)
+        ws_load = ws_sessions(st.env_url, test_ids[:64], 4)
     solo_t, load_t = turn_stats(solo), turn_stats(loaded)
     overhead_p50 = pct(load_t["server_ms"], 50)
     out = {
@@ -111,6 +144,7 @@ def main() -> None:
         "cpu_ms_per_episode_concurrent": {k: round(v * 1000 / len(loaded), 2) for k, v in cpu.items()},
         "turn_latency_ms_one_at_a_time": {k: summary(v) for k, v in solo_t.items()},
         "ws_step_ms_one_client": {k: summary(v) for k, v in ws.items()},
+        "ws_64_sessions": ws_load,
         "test_split": {"episodes": len(split), "solved": round(solved, 4), "wall_s": round(split_wall, 2),
                        "episodes_per_s": round(len(split) / split_wall, 2)},
         "targets": [
