@@ -102,6 +102,7 @@ class SandboxPool:
             "memory_limit_mb": cfg.memory_limit_mb, "episode_cpu_s": cfg.episode_cpu_s,
             "file_size_mb": cfg.file_size_mb, "max_open_files": cfg.max_open_files,
             "read_cap_chars": cfg.read_cap_chars, "recursion_limit": cfg.recursion_limit,
+            "max_message_bytes": cfg.max_message_bytes,
         }
         host_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         argv = [sys.executable, "-I", "-c", _BOOT, _PKG_ROOT, str(child_sock.fileno()), json.dumps(opts)]

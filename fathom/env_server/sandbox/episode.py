@@ -222,6 +222,6 @@ def _result_from(msg: dict[str, Any], cap: int) -> "RunResult":
     calls = msg.get("llm_calls")
     return RunResult(
         stdout=text("stdout"), stderr=text("stderr"), error=err[:cap] if isinstance(err, str) else None,
-        truncated=bool(msg.get("truncated")), final_answer=final[:cap * 10] if isinstance(final, str) else None,
+        truncated=bool(msg.get("truncated")), final_answer=final[:cap] if isinstance(final, str) else None,
         llm_calls=calls if isinstance(calls, int) else 0,
     )

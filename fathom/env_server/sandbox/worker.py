@@ -91,6 +91,11 @@ class Worker:
         return self._llm(list(prompts)) if prompts else []
 
     def _llm(self, prompts: list[str]) -> list[str]:
+        size = sum(len(p) for p in prompts) * 4  # UTF-8 worst case; checked cheaply before encoding
+        if size > self.opts["max_message_bytes"] - 4096 and \
+                sum(len(p.encode("utf-8", "surrogatepass")) for p in prompts) > self.opts["max_message_bytes"] - 4096:
+            raise ValueError(f"llm() prompts are too large to send (over {self.opts['max_message_bytes']:,} bytes; "
+                             "sandbox.max_message_bytes): send smaller pieces of the context")
         wire.send(self.sock, {"op": "llm", "prompts": prompts})
         msg, _ = wire.recv(self.sock, 1 << 31)
         if not msg.get("ok"):
@@ -99,7 +104,11 @@ class Worker:
         return [str(r) for r in msg["results"]]
 
     def final_(self, answer: Any) -> None:
-        self.final = answer if isinstance(answer, str) else str(answer)
+        text = answer if isinstance(answer, str) else str(answer)
+        if len(text) > self.opts["read_cap_chars"]:
+            raise ValueError(f"FINAL answer is {len(text):,} characters, over sandbox.read_cap_chars "
+                             f"({self.opts['read_cap_chars']:,}); answer with the value, not the document")
+        self.final = text
 
     def final_var(self, name: str) -> None:
         if not isinstance(name, str):

@@ -197,16 +197,45 @@ def test_close_from_another_thread_ends_a_running_call(pool):
     assert out["res"].killed_reason == "closed" and not ep.alive
 
 
-def test_protocol_abuse_by_an_oversized_llm_batch():
-    """A worker message over max_message_bytes kills the worker instead of exhausting the host."""
+def test_oversized_llm_prompt_is_an_error_inside():
     small = SandboxPool(SandboxConfig(call_timeout_s=5.0, max_message_bytes=100_000))
     try:
         ep = small.new_episode("x" * 200_000, llm_handler=lambda ps: ["ok"] * len(ps))
-        res = ep.run("llm(context)")
-        assert res.killed_reason == "protocol" and not ep.alive
-        assert small.new_episode("").run("print(3)").stdout == "3\n"
+        res = ep.run("try:\n    llm(context)\nexcept ValueError as e:\n    print(e)\nprint(llm(context[:10]))")
+        assert "too large to send" in res.stdout and res.stdout.endswith("ok\n") and ep.alive
     finally:
         small.close()
+
+
+def test_oversized_frame_from_a_worker_is_refused():
+    """The host's own cap, for a worker that got past the in-sandbox check."""
+    import socket as socketlib
+    import struct
+
+    from fathom.env_server.sandbox import wire
+
+    for frame, needle in ((struct.pack(">I", 1 << 30) + b"{}", "exceeds"),
+                          (struct.pack(">I", 2) + b"[]", "not a JSON object"),
+                          (struct.pack(">I", 3) + b"{x}", "undecodable"),
+                          (struct.pack(">I", 9) + b"{}", "closed")):
+        a, b = socketlib.socketpair()
+        try:
+            b.sendall(frame)
+            b.shutdown(socketlib.SHUT_WR)
+            with pytest.raises(wire.WireError, match=needle):
+                wire.recv(a, 1 << 20)
+        finally:
+            a.close()
+            b.close()
+
+
+def test_huge_final_answer_is_an_error_inside(pool):
+    ep = pool.new_episode("")
+    try:
+        res = ep.run("FINAL('a' * 10_000_000)")
+        assert "FINAL answer is 10,000,000 characters" in res.error and res.final_answer is None and ep.alive
+    finally:
+        ep.close()
 
 
 def test_cpu_limit_and_crash_are_named():
