@@ -37,10 +37,11 @@ def _descendants(pid: int) -> set[int]:
     return out
 
 
-def _wait_gone(pids: set[int], limit_s: float = 15.0) -> set[int]:
+def _wait_gone(pids: set[int], limit_s: float = 15.0, reaped: bool = False) -> set[int]:
+    """Wait until `pids` have exited (and, with `reaped`, been reaped: no zombies); returns the rest."""
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        alive = {p for p in pids if os.path.exists(f"/proc/{p}") and _state(p) != "Z"}
+        alive = {p for p in pids if os.path.exists(f"/proc/{p}") and (reaped or _state(p) != "Z")}
         if not alive:
             return set()
         time.sleep(0.05)
@@ -109,6 +110,12 @@ def test_close_leaves_no_processes():
     eps[0].run("x = 1")
     started = _descendants(os.getpid()) - before
     assert len(started) >= 4  # zygote (maybe under bwrap) + 3 workers
+    ep_before = _descendants(os.getpid())
+    extra = pool.new_episode("closed early")
+    worker = _descendants(os.getpid()) - ep_before
+    assert len(worker) == 1
+    extra.close()
+    assert _wait_gone(worker, reaped=True) == set()  # killed and reaped (no zombie) while the pool lives on
     pool.close()
     pool.close()
     assert _wait_gone(started) == set()
