@@ -92,15 +92,20 @@ class Zygote:
 
     def status(self, token: int) -> None:
         """Reap the worker `token` (the host has just SIGKILLed it) and report how it ended."""
-        deadline = time.monotonic() + 2.0
-        while token not in self.statuses and token in self.tokens and time.monotonic() < deadline:
-            self._reap(self.tokens[token])
-            if token not in self.statuses:
-                time.sleep(0.005)
-        if token not in self.statuses and token in self.tokens:
-            pid = self.tokens[token]
-            os.kill(pid, signal.SIGKILL)
-            self._reap(pid, block=True)
+        # With SIGCHLD blocked the handler cannot reap (and drop `token`) between our checks.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        try:
+            deadline = time.monotonic() + 2.0
+            while token not in self.statuses and token in self.tokens and time.monotonic() < deadline:
+                self._reap(self.tokens[token])
+                if token not in self.statuses:
+                    time.sleep(0.002)
+            if token not in self.statuses and token in self.tokens:
+                pid = self.tokens[token]
+                os.kill(pid, signal.SIGKILL)
+                self._reap(pid, block=True)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         st = self.statuses.pop(token, None)
         out: dict[str, Any] = {"ok": True, "token": token}
         if st is not None:
