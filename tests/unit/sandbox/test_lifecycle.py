@@ -277,3 +277,39 @@ def test_workers_are_the_oom_killers_first_choice(pool):
             assert int(f.read()) < 1000
     finally:
         ep.close()
+
+
+def test_kills_and_normal_episodes_interleave_without_crosstalk():
+    """Timeouts, closes and new episodes from many threads: every kill hits only its own worker."""
+    pool = SandboxPool(SandboxConfig(call_timeout_s=1.0))
+    errors: list[str] = []
+
+    def killer(i: int) -> None:
+        for _ in range(2):
+            ep = pool.new_episode("")
+            res = ep.run("while True:\n    pass")
+            if res.killed_reason != "timeout":
+                errors.append(f"killer {i}: {res.killed_reason} {res.error}")
+            ep.close()
+
+    def worker(i: int) -> None:
+        for k in range(15):
+            ep = pool.new_episode(f"w{i}")
+            try:
+                for j in range(3):
+                    res = ep.run(f"z = {j}\nprint(context, z)")
+                    if res.stdout != f"w{i} {j}\n":
+                        errors.append(f"worker {i}/{k}/{j}: {res.output(200)}")
+            finally:
+                ep.close()
+
+    try:
+        threads = [threading.Thread(target=killer, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    finally:
+        pool.close()
