@@ -57,3 +57,32 @@ def scripted(
     except ValueError as e:
         die(str(e))
     uvicorn.run(application, host=host, port=port, log_level=log_level)
+
+
+@app.command("episode", context_settings=OVERRIDE_SETTINGS)
+def episode(
+    ctx: typer.Context,
+    task: str = typer.Option(..., "--task", help="Task id, e.g. needle-32k-s1000000 (see `fathom tasks show`)."),
+    config: str = CONFIG_OPTION,
+    url: str = typer.Option(None, help="Env server base URL (default: http://{env_server.host}:{env_server.port})."),
+    max_turns: int = typer.Option(None, help="Turn limit (default: env_server.max_turns)."),
+    max_depth: int = typer.Option(None, help="Recursion depth (default: env_server.max_depth; demos use 4)."),
+    timeout_s: float = typer.Option(3600.0, help="Give up waiting after this long."),
+) -> None:
+    """Run one episode on a running env server (and its capture proxy) and print the result as JSON."""
+    cfg = config_from(ctx, config)
+    from fathom.env_server.client import EpisodeClient, EpisodeError
+    from fathom.protocol import EpisodeLimits, EpisodeRequest
+
+    base = url or f"http://{cfg.env_server.host}:{cfg.env_server.port}"
+    req = EpisodeRequest(task_id=task, limits=EpisodeLimits(max_turns=max_turns, max_depth=max_depth))
+    try:
+        with EpisodeClient(base) as client:
+            res = client.run(req, timeout_s=timeout_s)
+    except EpisodeError as e:
+        die(str(e))
+    except Exception as e:  # connection refused and the like: say where
+        die(f"env server at {base} unreachable ({e}); start it with `fathom env serve`")
+    print(res.model_dump_json(indent=2))
+    if res.status != "done":
+        raise typer.Exit(1)

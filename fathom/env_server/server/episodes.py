@@ -45,8 +45,8 @@ def load_task(task_id: str | None, family: str | None, seed: int | None, length:
             raise HTTPException(422, "give either task_id, or family + seed + length, not both")
         try:
             return tasks.get_task(task_id)
-        except KeyError as e:
-            raise HTTPException(404, f"unknown task id {task_id!r}: {e.args[0] if e.args else ''}") from None
+        except KeyError as e:  # tasks' message names the id and the expected form
+            raise HTTPException(404, str(e.args[0]) if e.args else f"unknown task id {task_id!r}") from None
     missing = [n for n, v in (("family", family), ("seed", seed), ("length", length)) if v is None]
     if missing:
         raise HTTPException(
