@@ -85,7 +85,15 @@ class SandboxPool:
         """How often a dead zygote was replaced (each loses the episodes it served)."""
         self._episodes: weakref.WeakSet[EpisodeSandbox] = weakref.WeakSet()
         self._closed = False
-        self._start_zygote()
+        try:
+            self._start_zygote()
+        except SandboxError as e:
+            if "bwrap" not in self.active or "bwrap" in self.cfg.required_layers:
+                raise
+            # bwrap passed its probe but cannot host the zygote here: run without it rather than not at all.
+            log.warning("sandbox zygote failed under bubblewrap, continuing without that layer: %s", e)
+            self.active.remove("bwrap")
+            self._start_zygote()
         # One throwaway episode shows which layers a worker really gets on this machine.
         probe = self.new_episode("")
         self.effective_layers = list(probe.layers)

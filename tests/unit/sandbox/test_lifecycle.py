@@ -313,3 +313,19 @@ def test_kills_and_normal_episodes_interleave_without_crosstalk():
         assert errors == []
     finally:
         pool.close()
+
+
+def test_zygote_falls_back_when_bwrap_breaks_unless_required(monkeypatch):
+    from fathom.env_server.sandbox import layers
+
+    detected = layers.detect_layers()  # before the breakage: the probe passed, the real start fails
+    if not detected["bwrap"]["available"]:
+        pytest.skip("bwrap is not available here")
+    real = layers.bwrap_argv
+    monkeypatch.setattr(layers, "bwrap_argv", lambda *a: real(*a) + ["--bogus-option"])
+    monkeypatch.setattr(layers, "detect_layers", lambda: detected)
+    with SandboxPool(SandboxConfig()) as pool:
+        assert "bwrap" not in pool.effective_layers
+        assert pool.new_episode("ok").run("print(context)").stdout == "ok\n"
+    with pytest.raises(SandboxError, match="zygote failed to start"):
+        SandboxPool(SandboxConfig(required_layers=["bwrap"]))
