@@ -76,8 +76,9 @@ class Worker:
 
         self.ns = restricted_globals(Printer)
         self.ns.update(_aug_item_=aug_item, _aug_attr_=aug_attr)
-        self.ns.update(context=context, llm=self.llm, llm_batch=self.llm_batch, FINAL=self.final_,
-                       FINAL_VAR=self.final_var, SHOW_VARS=self.show_vars)
+        self.ns.update(context=context, **{name: _plain(name, fn) for name, fn in (
+            ("llm", self.llm), ("llm_batch", self.llm_batch), ("FINAL", self.final_),
+            ("FINAL_VAR", self.final_var), ("SHOW_VARS", self.show_vars))})
 
     # --- functions visible inside the sandbox ------------------------------------------
     def llm(self, prompt: str) -> str:
@@ -168,6 +169,15 @@ class Worker:
                 out = {"op": "done", "stdout": "", "stderr": "", "error": "MemoryError: out of memory",
                        "truncated": False, "final_answer": None, "llm_calls": self.llm_calls}
             wire.send(self.sock, out)
+
+
+def _plain(name: str, method: Any) -> Any:
+    """A plain function named `name` around a Worker method: it reprs as `<function llm>`."""
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = method.__doc__
+    return fn
 
 
 def _check_identifiers(code: str) -> str | None:
