@@ -71,7 +71,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             raise HTTPException(422, f"max_turns must be a positive integer, got {max_turns!r}")
         limits = resolve_limits(cfg, EpisodeLimits(max_turns=max_turns))
         tally = Tally(limits=limits, deadline=float("inf"))
-        harness = Harness(cfg=cfg, pool=self.rt.pool, executor=self.rt.executor,
+        harness = Harness(cfg=cfg, pool=self.rt.pool, executor=self.rt.executor_for,
                           output_cap=self.rt.cfg.sandbox.output_cap_chars, proxy=proxy, tally=tally)
         cur = Current()
         try:

@@ -82,6 +82,10 @@ class EpisodeManager:
     async def submit(self, req: EpisodeRequest) -> EpisodeResult:
         self._purge()
         episode_id = req.episode_id or uuid.uuid4().hex
+        cap = self.rt.depth_cap
+        if req.limits.max_depth is not None and req.limits.max_depth > cap:
+            raise HTTPException(422, f"limits.max_depth {req.limits.max_depth} exceeds this server's cap {cap} "
+                                     "(max(env_server.max_depth, env_server.demo_max_depth)); lower it")
         if episode_id in self.entries:
             raise HTTPException(409, f"episode id {episode_id!r} already exists; choose a new episode_id")
         loop = asyncio.get_running_loop()
@@ -142,7 +146,7 @@ class EpisodeManager:
         except ProxyError as e:
             res.status, res.stop_reason, res.error = "error", "error", f"could not open a capture session: {e}"
             return
-        harness = Harness(cfg=cfg, pool=rt.pool, executor=rt.executor, output_cap=rt.cfg.sandbox.output_cap_chars,
+        harness = Harness(cfg=cfg, pool=rt.pool, executor=rt.executor_for, output_cap=rt.cfg.sandbox.output_cap_chars,
                           proxy=proxy, tally=tally, sampling=req.sampling)
         try:
             out = await asyncio.wait_for(

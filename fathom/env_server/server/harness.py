@@ -81,7 +81,7 @@ class Harness:
         *,
         cfg: EnvServerConfig,
         pool: Any,
-        executor: concurrent.futures.Executor,
+        executor: concurrent.futures.Executor | Callable[[int], concurrent.futures.Executor],
         output_cap: int,
         proxy: ProxyClient | None,
         tally: Tally,
@@ -89,7 +89,13 @@ class Harness:
     ):
         self.cfg = cfg
         self.pool = pool
-        self.executor = executor
+        # Sandbox runs of depth d wait on llm() answered by runs of depth d + 1. One pool per depth means
+        # waiting runs can never hold every thread the runs they wait on need (no starvation deadlock).
+        self.executor_for: Callable[[int], concurrent.futures.Executor] = (
+            executor if callable(executor) and not isinstance(executor, concurrent.futures.Executor)
+            else (lambda depth: executor)  # type: ignore[return-value]
+        )
+        self.executor = self.executor_for(0)
         self.output_cap = output_cap
         self.proxy = proxy
         self.tally = tally
@@ -191,14 +197,14 @@ class Harness:
         loop = asyncio.get_running_loop()
         handler = self.llm_handler(loop, depth, cur)
         try:
-            return await loop.run_in_executor(self.executor, self.pool.new_episode, context, handler)
+            return await loop.run_in_executor(self.executor_for(depth), self.pool.new_episode, context, handler)
         except Exception as e:
             raise Unscorable(f"the sandbox could not start an episode: {e}") from e
 
     async def run_code(self, ep: Any, code: str, turn: TurnStat) -> Any:
         loop = asyncio.get_running_loop()
         try:
-            res, ms = await loop.run_in_executor(self.executor, timed_run, ep, code)
+            res, ms = await loop.run_in_executor(self.executor_for(turn.depth), timed_run, ep, code)
         except Exception as e:
             raise Unscorable(f"the sandbox failed to run code: {e!r}") from e
         turn.sandbox_ms += ms
@@ -260,7 +266,7 @@ class Harness:
             cur.cancel_pending()
             # close() is an IPC round trip to the zygote: off the event loop, and not awaited so a
             # cancelled (timed-out) loop still releases its worker.
-            asyncio.get_running_loop().run_in_executor(self.executor, ep.close)
+            asyncio.get_running_loop().run_in_executor(self.executor_for(depth), ep.close)
 
     async def _run_reply(self, ep: Any, turn: TurnStat, turns_left: int) -> tuple[str | None, str]:
         """Run one reply's code blocks in order; returns (final answer or None, the next user message)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from typing import Any, Callable
 
 import httpx
@@ -24,11 +25,15 @@ class Runtime:
     def __init__(self, cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None):
         self.cfg = cfg
         es = cfg.env_server
-        # A sandbox run blocks its thread, and a run waiting on a deep llm() holds one per recursion
-        # level; size for every episode at full depth so nested episodes never starve for a thread.
+        # A sandbox run blocks its thread; runs of depth d wait on runs of depth d + 1, so each depth
+        # gets its own pool (threads start lazily; the caps only bound them).
+        self.depth_cap = max(es.max_depth, es.demo_max_depth)
         self.executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=es.max_concurrent_envs * (es.max_depth + 1) + 8, thread_name_prefix="fathom-env"
+            # root runs of /episodes, WebSocket sessions and HTTP-started episodes, plus task loading and scoring
+            max_workers=3 * es.max_concurrent_envs + 16, thread_name_prefix="fathom-env-d0"
         )
+        self._nested: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+        self._nested_lock = threading.Lock()
         self._pool_factory = pool_factory or _default_pool
         self.pool: Any = None
         self.http: httpx.AsyncClient | None = None
@@ -39,6 +44,20 @@ class Runtime:
     def load_task(self, task_id: str | None, family: str | None, seed: int | None, length: int | None) -> Any:
         """`episodes.load_task` through the cache (blocking: call it in the executor)."""
         return self.tasks.get((task_id, family, seed, length), lambda: load_task(task_id, family, seed, length))
+
+    def executor_for(self, depth: int) -> concurrent.futures.ThreadPoolExecutor:
+        """The thread pool for sandbox work of episodes at `depth` (0: root episodes and everything else)."""
+        if depth == 0:
+            return self.executor
+        with self._nested_lock:
+            ex = self._nested.get(depth)
+            if ex is None:
+                es = self.cfg.env_server
+                ex = self._nested[depth] = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=es.max_concurrent_envs * es.llm_batch_concurrency,
+                    thread_name_prefix=f"fathom-env-d{depth}",
+                )
+            return ex
 
     @property
     def default_proxy_url(self) -> str:
@@ -60,4 +79,5 @@ class Runtime:
             await self.http.aclose()
         if self.pool is not None:
             self.pool.close()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        for ex in [self.executor, *self._nested.values()]:
+            ex.shutdown(wait=False, cancel_futures=True)

@@ -63,6 +63,8 @@ def test_episode_error_table(app_client, monkeypatch):
     assert r.status_code == 422 and "not both" in r.json()["detail"]
     r = client.post("/episodes", json={"family": "nope", "seed": 1, "length": 1024})
     assert r.status_code == 404 and "nope" in r.json()["detail"]
+    r = client.post("/episodes", json={"task_id": TASK, "limits": {"max_depth": 9}})
+    assert r.status_code == 422 and "limits.max_depth 9" in r.json()["detail"]
     assert client.post("/episodes", json={"task_id": TASK, "episode_id": "d", "session_id": "s"}).status_code == 202
     assert client.post("/episodes", json={"task_id": TASK, "episode_id": "d", "session_id": "s"}).status_code == 409
     # a verifier that raises makes the episode unscorable, not 0

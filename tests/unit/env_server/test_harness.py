@@ -225,3 +225,33 @@ def test_task_cache_reuses_and_evicts_by_size():
     c.get(("big",), make(500))  # larger than the whole cache: served, not kept
     c.get(("big",), make(500))
     assert made[-2:] == [500, 500]
+
+
+def test_nested_runs_use_their_own_thread_pool_so_waiting_parents_cannot_starve_them():
+    # One thread per depth: the root run holds depth 0's only thread while its llm() waits on a
+    # nested episode, which must still get a thread to run its code.
+    pools = {d: concurrent.futures.ThreadPoolExecutor(1) for d in range(3)}
+
+    def model(messages):
+        if messages[1]["content"].startswith(f"Question: {prompts.NESTED_QUESTION}"):
+            return repl("FINAL(context[:5])")
+        if len(messages) == 2:
+            return repl("x = llm('q' * 300)")
+        return repl("FINAL(x)")
+
+    fp = FakeProxy(model)
+    lim = Limits(max_turns=3, max_depth=2, max_subcalls=8, max_tokens=10_000, wall_clock_s=20)
+
+    async def go():
+        async with fp.client() as http:
+            h = Harness(cfg=EnvServerConfig(sub_rlm_min_chars=100), pool=FakePool(), executor=lambda d: pools[d],
+                        output_cap=2000, proxy=ProxyClient(http, "http://proxy", "s", 30),
+                        tally=Tally(limits=lim, deadline=time.monotonic() + 20))
+            return await asyncio.wait_for(h.run_loop("Q?", "ctx", depth=0, parent=None, max_turns=3, turns=[]), 15)
+
+    try:
+        out = asyncio.run(go())
+    finally:
+        for p in pools.values():
+            p.shutdown()
+    assert out.answer == "qqqqq"
