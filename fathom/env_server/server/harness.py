@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -62,9 +63,13 @@ class Current:
     turn: TurnStat = field(default_factory=lambda: TurnStat(index=-1))
     pending: set = field(default_factory=set)
     """This loop's in-flight `llm()` futures, cancelled when the loop ends (a nested loop must not cancel its parent's)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """`pending` is filled from sandbox threads and drained from the event loop."""
 
     def cancel_pending(self) -> None:
-        for fut in list(self.pending):
+        with self.lock:
+            futs = list(self.pending)
+        for fut in futs:
             fut.cancel()
 
 
@@ -108,13 +113,15 @@ class Harness:
 
         def handler(prompts_: list[str]) -> list[str]:
             fut = asyncio.run_coroutine_threadsafe(self.subcalls(list(prompts_), depth, cur), loop)
-            cur.pending.add(fut)
+            with cur.lock:
+                cur.pending.add(fut)
             try:
                 return fut.result()
             except concurrent.futures.CancelledError:
                 raise RuntimeError("llm() was cancelled: the episode stopped") from None
             finally:
-                cur.pending.discard(fut)
+                with cur.lock:
+                    cur.pending.discard(fut)
 
         return handler
 
