@@ -60,6 +60,14 @@ _ATTACKS = textwrap.dedent(
     attempt("fork", lambda: os.fork() or os._exit(0))
     attempt("memory_bomb", lambda: bytearray(1 << 30))
     attempt("big_file", lambda: open(os.path.join(tmp, "f"), "wb").write(b"x" * (2 << 20)))
+    if which != [""]:  # only under the layers: as root with none, these would really happen
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        def errno_of(rc):
+            return "ESCAPED" if rc == 0 else os.strerror(ctypes.get_errno())
+        out["ptrace"] = errno_of(libc.ptrace(0, 0, None, None))  # PTRACE_TRACEME
+        os.mkdir(os.path.join(tmp, "mnt"))
+        out["mount"] = errno_of(libc.mount(b"none", os.path.join(tmp, "mnt").encode(), b"tmpfs", 0, None))
     with open(os.path.join(tmp, "ok.txt"), "w") as f:  # its own directory stays usable
         f.write("fine")
     out["own_dir"] = open(os.path.join(tmp, "ok.txt")).read()
@@ -96,6 +104,7 @@ def test_raw_python_under_worker_layers_is_contained(tmp_path):
     _need("rlimits", "no_new_privs", "landlock", "seccomp")
     out, last = _raw_attack(tmp_path, ["rlimits", "no_new_privs", "landlock", "seccomp"])
     assert last == "exec PermissionError"
+    assert out["ptrace"] == out["mount"] == os.strerror(1)  # EPERM from seccomp
     assert out.pop("own_dir") == "fine"
     assert all(v != "ESCAPED" for v in out.values()), out
     assert not os.path.exists("/var/tmp/fathom_escape")
