@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,7 +39,6 @@ def run_checks() -> None:
             rows.append((f"model:{name}", True, resolve_model(ModelConfig(name=name))))
         except ModelError as e:
             rows.append((f"model:{name}", False, str(e)))
-    rows.append(("bwrap", shutil.which("bwrap") is not None, shutil.which("bwrap") or "not installed (apt-get install bubblewrap)"))
     try:
         from fathom.env_server.sandbox import detect_layers
 
