@@ -104,16 +104,16 @@ async def handle_call(state: ProxyState, kind: str, request: Request) -> Respons
     except HTTPFail:
         return _failed(state, session, record, "protocol", "policy server response is not JSON", headers)
 
+    record.status = "captured"
+    session.pending.append((record, kind, body, data, up_s))
     if prep.stream:
-        _capture(state, session, record, kind, body, data, up_s)
+        flush(state, session)  # the SSE replay needs the parsed result anyway; keep arrival order
         payload = replay(kind, data, include_usage=prep.include_usage, client_logprobs=prep.client_logprobs)
         out = Response(payload, media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"})
     else:
         # The engine's bytes go back untouched, and capture (extract + validate, ~0.2 ms) runs right
         # after the answer is sent. Every reader of the session calls `flush` first, so nobody can
         # observe a session whose last call is not yet validated and counted.
-        record.status = "captured"
-        session.pending.append((record, kind, body, data, up_s))
         out = Response(resp.body, media_type="application/json", headers=headers,
                        background=BackgroundTask(_flush_async, state, session))
     total = time.perf_counter() - t0
