@@ -6,7 +6,6 @@ server. It is stopped (whole process group) when the session ends.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,12 +14,8 @@ import pytest
 from fathom.config import load_config
 from fathom.policy_server.launch import PolicyServer
 from fathom.policy_server.tiny import build_tiny
+from tests.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

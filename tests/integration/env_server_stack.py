@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,11 @@ from typing import Iterator
 
 import httpx
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 FATHOM = str(ROOT / ".venv" / "bin" / "fathom")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Proc:

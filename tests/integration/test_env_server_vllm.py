@@ -12,7 +12,7 @@ import pytest
 
 from fathom.config import load_config
 from fathom.tasks import load_split
-from tests.integration.conftest import free_port
+from tests.ports import free_port
 from tests.integration.env_server_stack import run_episodes, running_stack
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from typing import Any
@@ -22,12 +21,8 @@ from starlette.routing import Route
 
 from fathom.capture_proxy import create_app
 from fathom.config.capture_proxy import CaptureProxyConfig
+from tests.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class UvicornThread:

@@ -13,6 +13,7 @@ import pytest
 
 from fathom.config import load_config
 from fathom.policy_server.launch import REPO_ROOT, PolicyServer, PolicyServerError, build_command
+from tests.ports import free_port
 
 
 def _cfg(*overrides: str):
@@ -76,11 +77,6 @@ def _fake_vllm(tmp_path: Path, body: str) -> Path:
     return script
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_death_at_startup_shows_last_50_lines_and_leaves_no_process(tmp_path):
     fake = _fake_vllm(
@@ -90,7 +86,7 @@ def test_death_at_startup_shows_last_50_lines_and_leaves_no_process(tmp_path):
         "for i in $(seq 1 80); do echo \"log line $i\"; done\nexit 3\n",
     )
     cfg = _cfg("--policy_server.device", "cpu", "--policy_server.vllm_python", str(fake),
-               "--policy_server.port", str(_free_port()))
+               "--policy_server.port", str(free_port()))
     server = PolicyServer(cfg.policy_server, cfg.model, str(_model_dir(tmp_path)), tmp_path / "logs")
     server.start()
     with pytest.raises(PolicyServerError) as exc:
@@ -108,7 +104,7 @@ def test_death_at_startup_shows_last_50_lines_and_leaves_no_process(tmp_path):
 def test_startup_timeout_stops_the_group(tmp_path):
     fake = _fake_vllm(tmp_path, "echo starting\nexec sleep 300\n")
     cfg = _cfg("--policy_server.device", "cpu", "--policy_server.vllm_python", str(fake),
-               "--policy_server.port", str(_free_port()))
+               "--policy_server.port", str(free_port()))
     server = PolicyServer(cfg.policy_server, cfg.model, str(_model_dir(tmp_path)), tmp_path / "logs")
     server.start()
     pid = server.proc.pid

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from tests.ports import free_port
 
 FAKE = """#!/usr/bin/env bash
 sleep 300 &
@@ -28,11 +29,6 @@ http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
 '
 """
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _gone(pid: int, within: float = 15.0) -> bool:
@@ -50,7 +46,7 @@ def _gone(pid: int, within: float = 15.0) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_the_process_group_on_signal(tmp_path, sig):
-    port = _free_port()
+    port = free_port()
     pidfile = tmp_path / "grandchild.pid"
     fake = tmp_path / "fake-python"
     fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port))
