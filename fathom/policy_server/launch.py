@@ -107,9 +107,8 @@ class PolicyServer:
         return f"http://{self.ps.host}:{self.ps.port}"
 
     def start(self) -> None:
-        if not Path(self.model_path).is_dir() and not os.path.isabs(self.model_path) and "/" not in self.model_path:
-            raise PolicyServerError(f"model path {self.model_path!r} is not a directory")
-        if Path(self.model_path).is_absolute() and not (Path(self.model_path) / "config.json").is_file():
+        # resolve_model() always yields a local directory (Hub ids via the Hub cache).
+        if not (Path(self.model_path) / "config.json").is_file():
             raise PolicyServerError(
                 f"model directory {self.model_path!r} does not exist or has no config.json; "
                 "run `fathom model prepare` (embedded) or `fathom model tiny`, or fix model.name"
