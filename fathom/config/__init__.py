@@ -35,7 +35,7 @@ class FathomConfig(FathomModel):
     """The policy model the trainer trains; the policy server serves the same weights."""
 
     server_model: ModelConfig | None = None
-    """Set only to serve a different model than the trainer's (always rejected; kept so the mismatch is named)."""
+    """What the policy server serves when a launcher sets it apart from `model`; it must name the same weights and dtype."""
 
     policy_server: PolicyServerConfig = PolicyServerConfig()
     """vLLM policy server."""
