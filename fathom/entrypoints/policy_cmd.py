@@ -23,12 +23,13 @@ def start_policy_server(cfg, enforce_eager: bool | None = None, quiet: bool = Fa
 
     if enforce_eager is not None:
         cfg.policy_server.enforce_eager = enforce_eager
+    served = cfg.server_model or cfg.model  # the cross-checks guarantee they agree
     try:
-        path = resolve_model(cfg.model)
+        path = resolve_model(served)
     except ModelError as e:
         die(str(e))
     write_resolved(cfg)
-    server = PolicyServer(cfg.policy_server, cfg.model, path, cfg.run_dir / "logs")
+    server = PolicyServer(cfg.policy_server, served, path, cfg.run_dir / "logs")
     console = Console(stderr=True, quiet=quiet)
     try:
         server.start()
