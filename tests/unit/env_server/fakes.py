@@ -10,28 +10,11 @@ import io
 import itertools
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import httpx
 
-
-@dataclass
-class FakeRun:
-    stdout: str = ""
-    stderr: str = ""
-    error: str | None = None
-    truncated: bool = False
-    duration_ms: float = 0.0
-    killed_reason: str | None = None
-    final_answer: str | None = None
-    llm_calls: int = 0
-
-    def output(self, cap: int | None = None) -> str:
-        text = self.stdout + self.stderr + (self.error or "")
-        if cap is not None and len(text) > cap:
-            return text[:cap] + f"\n[... output cut at {cap} characters]"
-        return text
+from fathom.env_server.sandbox import RunResult
 
 
 class FakeEpisode:
@@ -62,12 +45,12 @@ class FakeEpisode:
 
         self.ns.update(llm=llm, llm_batch=batch, FINAL=final, FINAL_VAR=final_var)
 
-    def run(self, code: str) -> FakeRun:
+    def run(self, code: str) -> RunResult:
         buf = io.StringIO()
         self.ns["print"] = lambda *a, **k: print(*a, **k, file=buf)
         self._final, self._calls = None, 0
         t0 = time.perf_counter()
-        res = FakeRun()
+        res = RunResult()
         try:
             exec(compile(code, "<repl>", "exec"), self.ns)
         except RecursionError:
