@@ -19,12 +19,13 @@ def demo(ctx: typer.Context, config: str = CONFIG_OPTION) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from fathom.config.model import EMBEDDED
     from fathom.entrypoints.policy_cmd import start_policy_server
     from fathom.policy_server.client import PolicyClient, PolicyClientError
     from fathom.policy_server.models import ModelError, prepare_embedded
 
     console = Console()
-    if cfg.model.name == "embedded":
+    if cfg.model.name == EMBEDDED:
         try:
             with console.status("preparing the embedded model (SmolLM2-135M-Instruct)"):
                 console.print(f"model: {prepare_embedded()}")

@@ -89,7 +89,7 @@ def is_prepared(d: Path) -> bool:
         return False
 
 
-def _load_gguf_tokenizer(gguf: Path):
+def load_gguf_tokenizer(gguf: Path):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -99,7 +99,7 @@ def _load_gguf_tokenizer(gguf: Path):
     return tok
 
 
-def _write_manifest(d: Path, **extra: object) -> None:
+def write_manifest(d: Path, **extra: object) -> None:
     info = {"checksum": dir_checksum(d), **extra}
     (d / MANIFEST).write_text(json.dumps(info, indent=2) + "\n")
 
@@ -121,12 +121,12 @@ def prepare_embedded(out: Path | None = None, force: bool = False) -> Path:
     plain = {k: v for k, v in quant.config.to_dict().items() if k not in ("quantization_config", "_model_name_or_path")}
     model = AutoModelForCausalLM.from_config(type(quant.config).from_dict(plain), dtype=torch.float32)
     model.load_state_dict({k: v.detach().clone() for k, v in quant.state_dict().items()})
-    tok = _load_gguf_tokenizer(gguf)
+    tok = load_gguf_tokenizer(gguf)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.config.eos_token_id = tok.eos_token_id
     model.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
-    _write_manifest(d, source=str(gguf.name), source_sha256=sha256_file(gguf), kind=EMBEDDED)
+    write_manifest(d, source=str(gguf.name), source_sha256=sha256_file(gguf), kind=EMBEDDED)
     return d
 
 

@@ -12,8 +12,8 @@ from fathom.config.model import TINY
 from fathom.policy_server.models import (
     MANIFEST,
     TINY_DIRNAME,
-    _load_gguf_tokenizer,
-    _write_manifest,
+    load_gguf_tokenizer,
+    write_manifest,
     embedded_gguf,
     is_prepared,
     models_dir,
@@ -30,7 +30,7 @@ def build_tiny(out: Path | None = None, force: bool = False, seed: int = 0) -> P
         return d
     d.mkdir(parents=True, exist_ok=True)
     (d / MANIFEST).unlink(missing_ok=True)
-    tok = _load_gguf_tokenizer(embedded_gguf())
+    tok = load_gguf_tokenizer(embedded_gguf())
     cfg = LlamaConfig(
         vocab_size=len(tok),
         hidden_size=128,
@@ -49,7 +49,7 @@ def build_tiny(out: Path | None = None, force: bool = False, seed: int = 0) -> P
     model.generation_config.eos_token_id = tok.eos_token_id
     model.save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
-    _write_manifest(d, kind=TINY, seed=seed)
+    write_manifest(d, kind=TINY, seed=seed)
     return d
 
 
