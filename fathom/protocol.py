@@ -17,6 +17,10 @@ HEADER_PARENT = "X-Fathom-Parent"
 HEADER_API_KEY = "x-api-key"
 """The HF Jobs proxy strips Authorization, so the session id also travels here."""
 
+HEADER_CONVERSATION = "X-Fathom-Conversation"
+"""Which conversation a model call continues: the root episode or one nested sub-episode. Every turn of a
+conversation after its first must extend the one before (token in, token out); plain `llm()` calls send none."""
+
 HEADER_CALL_ID = "X-Fathom-Call-Id"
 """Response header with the proxy's id for the call; a sub-call sends it back as its parent."""
 
@@ -84,6 +88,8 @@ class SessionInfo(BaseModel):
     total_tokens: int = 0
     calls_by_role: dict[str, int] = {}
     metadata: dict[str, Any] = {}
+    sampling: dict[str, Any] = {}
+    """The session's sampling (`Sampling` fields): its `max_tokens` is the output cap of every call."""
 
 
 class RewardComponents(BaseModel):

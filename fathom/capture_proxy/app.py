@@ -8,6 +8,7 @@ Routes
   DELETE /sessions/{id}            close; the session stays readable for session_ttl_s
   POST   /v1/chat/completions      proxied and captured (API key = session id)
   POST   /v1/completions           proxied and captured
+  POST   /tokenize                 passed to vLLM's /tokenize (the env server checks its chat template)
   GET    /v1/models                the public model `policy`
   GET    /policy                   how `policy` resolves now
   POST   /policy/version           {"version": N}: the trainer's sync count under merged sync
@@ -20,6 +21,7 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Literal
 
+import orjson
 from fastapi import FastAPI
 from openenv.core.harness.training import TrainingTrace
 from pydantic import ValidationError
@@ -31,6 +33,7 @@ from fathom.capture_proxy.http import HTTPFail, error, json_response, read_json
 from fathom.capture_proxy.pinning import PinningError
 from fathom.capture_proxy.sessions import Session
 from fathom.capture_proxy.state import ProxyState, make_state
+from fathom.capture_proxy.upstream import UpstreamError
 from fathom.config.capture_proxy import CaptureProxyConfig
 from fathom.protocol import PUBLIC_MODEL_NAME, Budgets, SessionCreate
 
@@ -125,7 +128,7 @@ def create_app(
         if session.flag_reasons:
             return error(409, "the capture of this session is broken, so it has no training trace: "
                               + " | ".join(session.flag_reasons), "invalid_capture")
-        turns = [r.turn.model_dump() for r in session.records if r.turn is not None]
+        turns = [r.turn.model_dump() for r in session.trace_records()]
         try:
             # OpenEnv's own models validate every turn served, whatever was checked on arrival.
             trace = TrainingTrace.model_validate({"schema_version": 1, "turns": turns})
@@ -155,6 +158,20 @@ def create_app(
 
     async def completions(request: Request) -> Response:
         return await handle_call(state, "completion", request)
+
+    async def tokenize(request: Request) -> Response:
+        """vLLM's /tokenize for the base model, so the env server can compare the served chat template with its own."""
+        try:
+            raw = await read_json(request, _BODY_CAP_SMALL)
+        except HTTPFail as e:
+            return e.response()
+        if not isinstance(raw, dict):
+            return error(400, "body must be a JSON object (vLLM's /tokenize request)", "invalid_json")
+        try:
+            resp = await state.upstream.post("/tokenize", orjson.dumps(raw | {"model": base_model}))
+        except UpstreamError as e:
+            return error(502, f"policy server call failed: {e}", "upstream_" + e.kind)
+        return Response(resp.body, status_code=resp.status, media_type="application/json")
 
     async def models(_request: Request) -> Response:
         return json_response({"object": "list", "data": [
@@ -202,6 +219,7 @@ def create_app(
         ("/sessions/{sid}/calls", get_calls, ["GET"]),
         ("/v1/chat/completions", chat, ["POST"]),
         ("/v1/completions", completions, ["POST"]),
+        ("/tokenize", tokenize, ["POST"]),
         ("/v1/models", models, ["GET"]),
         ("/policy", get_policy, ["GET"]),
         ("/policy/version", post_policy_version, ["POST"]),

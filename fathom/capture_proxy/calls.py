@@ -17,7 +17,7 @@ from fathom.capture_proxy.sse import replay
 from fathom.capture_proxy.state import ProxyState
 from fathom.capture_proxy.upstream import UpstreamError
 from fathom.capture_proxy.validation import build_turn
-from fathom.protocol import HEADER_CALL_ID, HEADER_DEPTH, HEADER_PARENT, HEADER_ROLE
+from fathom.protocol import HEADER_CALL_ID, HEADER_CONVERSATION, HEADER_DEPTH, HEADER_PARENT, HEADER_ROLE
 
 PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 # Upstream statuses that mean "this request cannot succeed as sent" (e.g. prompt past the context
@@ -25,7 +25,7 @@ PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 _CLIENT_ERRORS = (400, 413, 422)
 
 
-def call_headers(request: Request) -> tuple[str, int, str | None]:
+def call_headers(request: Request) -> tuple[str, int, str | None, str | None]:
     headers = request.headers
     role = headers.get(HEADER_ROLE, "root")
     if role not in ("root", "subcall"):
@@ -37,7 +37,10 @@ def call_headers(request: Request) -> tuple[str, int, str | None]:
         depth = int(depth_text)
     else:
         raise HTTPFail(400, f"{HEADER_DEPTH} must be a non-negative integer, got {depth_text!r}", "invalid_header")
-    return role, depth, headers.get(HEADER_PARENT) or None
+    conversation = headers.get(HEADER_CONVERSATION) or None
+    if conversation is not None and len(conversation) > 200:
+        raise HTTPFail(400, f"{HEADER_CONVERSATION} must be at most 200 characters", "invalid_header")
+    return role, depth, headers.get(HEADER_PARENT) or None, conversation
 
 
 def authenticate(state: ProxyState, request: Request) -> Session:
@@ -59,7 +62,7 @@ async def handle_call(state: ProxyState, kind: str, request: Request) -> Respons
         body = await read_json(request, state.cfg.max_body_bytes)
         if not isinstance(body, dict):
             raise HTTPFail(400, "request body must be a JSON object", "invalid_json")
-        role, depth, parent = call_headers(request)
+        role, depth, parent, conversation = call_headers(request)
         prep = prepare(kind, body, model=session.model, sampling=session.sampling, trainable=session.trainable)
     except BadRequest as e:
         state.metrics.inc("fathom_proxy_rejected_total", reason="bad_request")
@@ -71,7 +74,8 @@ async def handle_call(state: ProxyState, kind: str, request: Request) -> Respons
 
     session.last_active = state.store.clock()
     flush(state, session)  # budgets count the tokens of every earlier call
-    record = CallRecord(session.next_call_id(), len(session.records), role, depth, parent, "pending")
+    record = CallRecord(session.next_call_id(), len(session.records), role, depth, parent, "pending",
+                        conversation=conversation)
     session.records.append(record)
     headers = {HEADER_CALL_ID: record.call_id, "X-Fathom-Policy-Version": str(session.policy_version)}
     # No await between this check and the counting below, so concurrent calls cannot overrun a budget.
@@ -156,8 +160,8 @@ def _capture(state: ProxyState, session: Session, record: CallRecord, kind: str,
         "latency_s": round(up_s, 6), "episode_id": session.metadata.get("episode_id"),
         "trainable": role_trainable, "valid": True, "kind": kind,
     }
-    if record.role == "root":
-        meta.update(_prefix_link(session, cap.prompt_ids))
+    if record.chain is not None:
+        meta["conversation"] = record.chain
     request = {"temperature": body.get("temperature"), "max_tokens": body.get("max_tokens")}
     response: dict[str, Any] = {"finish_reason": cap.finish_reason}
     if state.cfg.keep_messages:
@@ -175,8 +179,9 @@ def _capture(state: ProxyState, session: Session, record: CallRecord, kind: str,
         state.metrics.inc("fathom_proxy_calls_total", role=record.role, status="invalid")
         return
     record.status, record.turn = "ok", turn
-    if record.role == "root":
-        session.last_root = record
+    if record.chain is not None:
+        meta.update(_prefix_link(session, record))
+        session.last_turn[record.chain] = record
     state.metrics.inc("fathom_proxy_calls_total", role=record.role, status="ok")
 
 
@@ -188,16 +193,27 @@ def _version_now(state: ProxyState, session: Session) -> int:
     return session.policy_version
 
 
-def _prefix_link(session: Session, prompt_ids: Any) -> dict[str, Any]:
-    """Whether this root prompt starts with the previous root turn's prompt + completion ids."""
-    prev = session.last_root
-    if prev is None or prev.turn is None or not isinstance(prompt_ids, list):
+def _prefix_link(session: Session, record: CallRecord) -> dict[str, Any]:
+    """Whether this turn's prompt starts with its conversation's previous turn's prompt + completion ids.
+
+    On a trainable session a turn of a declared conversation (X-Fathom-Conversation) that does not is a bug
+    (token in, token out was broken somewhere), so the session is flagged and its trace refused, naming the
+    turn. Eval sessions, and root calls that declare no conversation, only record where.
+    """
+    prev = session.last_turn.get(record.chain or "")
+    if prev is None:
         return {}
+    prompt_ids = record.turn.prompt_token_ids
     before = prev.turn.prompt_token_ids + prev.turn.completion_token_ids
     if prompt_ids[: len(before)] == before:
         return {"extends_call_id": prev.call_id}
     n = min(len(before), len(prompt_ids))
     at = next((i for i in range(n) if prompt_ids[i] != before[i]), n)
+    if session.trainable and record.conversation is not None:
+        session.flag_reasons.append(
+            f"call {record.call_id} (#{record.index}, {record.role}, conversation {record.conversation}) does not "
+            f"extend call {prev.call_id}: its prompt differs from that turn's prompt + completion ids at token {at}; "
+            "every turn of a conversation must be sent as the previous prompt + completion ids + new tokens")
     return {"extends_call_id": None, "diverges_from_call_id": prev.call_id, "divergence_index": at}
 
 

@@ -35,11 +35,19 @@ class CallRecord:
     raw: dict[str, Any] | None = None
     """What was captured when validation failed, kept so the bad turn can be inspected."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    conversation: str | None = None
+    """The root episode or nested sub-episode this call declares it continues (X-Fathom-Conversation)."""
+
+    @property
+    def chain(self) -> str | None:
+        """The conversation the call is linked in: its declared one; a root call that declares none joins the
+        session's default root conversation; a plain sub-call is in none."""
+        return self.conversation or ("root" if self.role == "root" else None)
 
     def summary(self) -> dict[str, Any]:
         out = {
             "call_id": self.call_id, "index": self.index, "role": self.role, "depth": self.depth,
-            "parent": self.parent, "status": self.status, "error": self.error, "metadata": self.metadata,
+            "parent": self.parent, "conversation": self.conversation, "status": self.status, "error": self.error, "metadata": self.metadata,
         }
         if self.turn is not None:
             out["turn"] = self.turn.model_dump(mode="json")
@@ -70,7 +78,8 @@ class Session:
     completion_tokens: int = 0
     calls_by_role: dict[str, int] = field(default_factory=dict)
     records: list[CallRecord] = field(default_factory=list)
-    last_root: CallRecord | None = None
+    last_turn: dict[str, CallRecord] = field(default_factory=dict)
+    """Each conversation's latest valid turn, which its next turn must extend."""
     pending: deque = field(default_factory=deque)
     """Answered calls whose capture runs just after the answer is sent (see calls.flush)."""
 
@@ -89,6 +98,25 @@ class Session:
         if b.max_tokens is not None and total >= b.max_tokens:
             return f"the session used its max_tokens budget ({total} of {b.max_tokens} tokens)"
         return None
+
+    def trace_records(self) -> list[CallRecord]:
+        """Valid turns in training order: the root conversation(s), then each nested conversation, then plain calls.
+
+        TRL chains a trace by comparing each turn only with the row it is building, so a conversation's turns
+        must be adjacent or it forks a new row at every interleaved sub-call. `call_index` keeps arrival order.
+        """
+        first: dict[str, tuple[int, int]] = {}
+        for r in self.records:
+            if r.chain is not None and r.chain not in first:
+                first[r.chain] = (0 if r.depth == 0 else 1, r.index)
+
+        def key(r: CallRecord) -> tuple[int, int, int]:
+            if r.chain is None:
+                return (2, r.index, r.index)
+            group, start = first[r.chain]
+            return (group, start, r.index)
+
+        return sorted((r for r in self.records if r.turn is not None), key=key)
 
     def next_call_id(self) -> str:
         # Not derived from the session id: the call id reaches the sandbox, the API key should not.
@@ -112,6 +140,7 @@ class Session:
             total_tokens=self.prompt_tokens + self.completion_tokens,
             calls_by_role=dict(self.calls_by_role),
             metadata=self.metadata,
+            sampling=dict(self.sampling),
         )
 
 

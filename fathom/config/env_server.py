@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from fathom.config.base import FathomModel
@@ -51,6 +53,16 @@ class EnvServerConfig(FathomModel):
 
     task_cache_chars: int = Field(128 * 2**20, ge=0)
     """Total context characters of recently used tasks kept in memory (a GRPO group reruns one task); 0 disables."""
+
+    prompt_format: Literal["tokens", "chat"] = "tokens"
+    """How turns reach the model. `tokens` (default, required for training): each turn's prompt is the last
+    turn's prompt + completion ids as sampled + the served template's tokens for the new user message, sent as
+    a token-id prompt to `/v1/completions`. `chat`: chat text to `/v1/chat/completions`, for API-only servers
+    that take no token prompts; the engine re-tokenizes earlier replies, so turns may not extend each other."""
+
+    tokenizer: str = ""
+    """Directory of the served model's tokenizer and chat template (token path); empty means the directory
+    `fathom env serve` resolves from `server_model` or `model`. Checked against the engine's /tokenize."""
 
     proxy_url: str = ""
     """Default capture proxy base URL for episodes that name none; empty means http://{capture_proxy.host}:{capture_proxy.port}."""

@@ -26,8 +26,17 @@ def serve(
     from fathom.env_server.server.app import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tokenizer_dir = None
+    if cfg.env_server.prompt_format == "tokens" and not cfg.env_server.tokenizer:
+        from fathom.policy_server.models import ModelError, resolve_model
+
+        try:  # the served model's own tokenizer and chat template build the token-space prompts
+            tokenizer_dir = resolve_model(cfg.server_model or cfg.model, local_only=True)
+        except ModelError as e:
+            die(f"env server needs the served model's tokenizer: {e} (or set env_server.tokenizer, "
+                "or env_server.prompt_format = 'chat' for an API-only server)")
     try:
-        application = create_app(cfg)
+        application = create_app(cfg, tokenizer_dir=tokenizer_dir)
     except Exception as e:  # config the server cannot run with (e.g. a required sandbox layer missing)
         die(f"env server cannot start: {e}")
     uvicorn.run(

@@ -65,7 +65,10 @@ class Stack:
 
     def start(self, *, upstream_url: str | None = None, policy: str = "reference", model: str = "fathom-base",
               env_overrides: dict[str, object] | None = None, proxy_up: bool = True) -> "Stack":
+        env_overrides = dict(env_overrides or {})
         if upstream_url is None:
+            # The scripted upstream speaks chat text only (its word-piece "tokens" have no tokenizer).
+            env_overrides.setdefault("prompt_format", "chat")
             port = free_port()
             self.upstream_url = f"http://127.0.0.1:{port}"
             up = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", policy, "--port", str(port),

@@ -29,7 +29,8 @@ def check_episode(stack, res: dict, max_turns: int) -> None:
 
 
 def test_tiny_model_episode_runs_end_to_end(vllm_server, tmp_path):
-    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model) as st:
+    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
+                       env_overrides={"tokenizer": str(vllm_server.model_dir)}) as st:
         body = {"task_id": load_split("test")[1], "limits": {"max_turns": 2},
                 "sampling": {"temperature": 1.0, "max_tokens": 48}}
         (res,) = run_episodes(st.env_url, [body], timeout_s=600)
@@ -46,7 +47,8 @@ def test_embedded_model_episode_runs_end_to_end(tmp_path):
                              "--policy_server.enforce_eager", "true", "--policy_server.port", str(free_port()),
                              "--policy_server.cpu_kvcache_gb", "2"])
     with PolicyServer(cfg.policy_server, cfg.model, str(model_dir), tmp_path / "vllm") as server:
-        with running_stack(tmp_path, upstream_url=server.base_url, model=cfg.policy_server.served_model_name) as st:
+        with running_stack(tmp_path, upstream_url=server.base_url, model=cfg.policy_server.served_model_name,
+                           env_overrides={"tokenizer": str(model_dir)}) as st:
             body = {"task_id": load_split("test")[1], "limits": {"max_turns": 3},
                     "sampling": {"temperature": 0.7, "max_tokens": 256}}
             (res,) = run_episodes(st.env_url, [body], timeout_s=1200)

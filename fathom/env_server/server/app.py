@@ -29,8 +29,10 @@ class _RLMServer(HTTPEnvServer):
         return session_id, env
 
 
-def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None) -> FastAPI:
-    rt = Runtime(cfg, pool_factory)
+def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None,
+               tokenizer_dir: str | None = None) -> FastAPI:
+    """`tokenizer_dir`: the served model's directory, used on the token path unless env_server.tokenizer names one."""
+    rt = Runtime(cfg, pool_factory, tokenizer_dir)
     app = FastAPI(
         title="FATHOM env server",
         version="0.1.0",

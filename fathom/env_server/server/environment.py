@@ -72,7 +72,8 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         limits = resolve_limits(cfg, EpisodeLimits(max_turns=max_turns))
         tally = Tally(limits=limits, deadline=float("inf"))
         harness = Harness(cfg=cfg, pool=self.rt.pool, executor=self.rt.executor_for,
-                          output_cap=self.rt.cfg.sandbox.output_cap_chars, proxy=proxy, tally=tally)
+                          output_cap=self.rt.cfg.sandbox.output_cap_chars, proxy=proxy, tally=tally,
+                          tokens=self.rt.tokens)
         cur = Current()
         try:
             sandbox = await harness.new_sandbox(task.context, 0, cur)

@@ -147,7 +147,7 @@ class EpisodeManager:
             res.status, res.stop_reason, res.error = "error", "error", f"could not open a capture session: {e}"
             return
         harness = Harness(cfg=cfg, pool=rt.pool, executor=rt.executor_for, output_cap=rt.cfg.sandbox.output_cap_chars,
-                          proxy=proxy, tally=tally, sampling=req.sampling)
+                          proxy=proxy, tally=tally, sampling=req.sampling, tokens=rt.tokens)
         try:
             out = await asyncio.wait_for(
                 harness.run_loop(task.question, task.context, depth=0, parent=None,

@@ -12,12 +12,14 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
-from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
+from fathom.env_server.server.llm_bridge import ChatReply, ProxyClient, ProxyError
+from fathom.env_server.server.tokens import TemplateError, TokenPath
 from fathom.protocol import Sampling, StopReason, SubCall, TurnStat
 
 
@@ -91,6 +93,7 @@ class Harness:
         proxy: ProxyClient | None,
         tally: Tally,
         sampling: Sampling | None = None,
+        tokens: TokenPath | None = None,
     ):
         self.cfg = cfg
         self.pool = pool
@@ -105,6 +108,8 @@ class Harness:
         self.proxy = proxy
         self.tally = tally
         self.sampling = sampling
+        self.tokens = tokens
+        """The token path (prompts built in token space); None sends chat text (`prompt_format = chat`)."""
 
     # --- llm() bridge ------------------------------------------------------------------
 
@@ -183,10 +188,13 @@ class Harness:
             node.response = out.answer
             return out.answer
         try:
-            reply = await self.proxy.chat(
-                [{"role": "user", "content": prompt}], role="subcall", depth=node.depth,
-                parent=cur.turn.call_id, sampling=self.sampling, timeout_s=max(self.tally.remaining_s(), 0.001),
+            reply = await self._call(
+                [{"role": "user", "content": prompt}], None, role="subcall", depth=node.depth,
+                parent=cur.turn.call_id, conversation=None,
             )
+            if reply is None:
+                raise ProxyError("too_long", f"the llm() prompt does not fit the model's context with its output cap; "
+                                             "send a smaller piece")
         except ProxyError as e:
             node.error = str(e)
             if e.kind == "unreachable":
@@ -197,6 +205,39 @@ class Harness:
         node.prompt_tokens, node.completion_tokens = reply.prompt_tokens, reply.completion_tokens
         node.latency_ms = reply.latency_ms
         return reply.text
+
+    # --- model calls -------------------------------------------------------------------
+
+    async def _start_tokens(self, messages: list[dict[str, str]]) -> list[int] | None:
+        """Turn 0's prompt ids on the token path (None on the chat path); checks the template first."""
+        if self.tokens is None:
+            return None
+        assert self.proxy is not None
+        try:
+            await self.tokens.ensure(self.proxy)
+        except (ProxyError, TemplateError) as e:
+            raise Unscorable(f"token-space prompts are unavailable: {e}") from None
+        return self.tokens.chat.initial(messages)
+
+    async def _call(
+        self, messages: list[dict[str, str]], prompt_ids: list[int] | None, *, role: str, depth: int,
+        parent: str | None, conversation: str | None,
+    ) -> ChatReply | None:
+        """One model call: token ids on the token path, chat text otherwise. None: the prompt plus the output cap
+        would pass the engine's context, so it was not sent (vLLM would reject it)."""
+        assert self.proxy is not None
+        timeout = max(self.tally.remaining_s(), 0.001)
+        if self.tokens is None:
+            return await self.proxy.chat(messages, role=role, depth=depth, parent=parent, sampling=self.sampling,
+                                         timeout_s=timeout, conversation=conversation)
+        if prompt_ids is None:
+            prompt_ids = await self._start_tokens(messages)
+            assert prompt_ids is not None
+        cap = self.sampling.max_tokens if self.sampling is not None else await self.proxy.output_cap()
+        if len(prompt_ids) + cap > self.tokens.max_model_len[self.proxy.base_url]:
+            return None
+        return await self.proxy.complete(prompt_ids, role=role, depth=depth, parent=parent, sampling=self.sampling,
+                                         timeout_s=timeout, conversation=conversation)
 
     # --- sandbox helpers -----------------------------------------------------------------
 
@@ -231,7 +272,10 @@ class Harness:
         ep = await self.new_sandbox(context, depth, cur)
         role = "root" if depth == 0 else "subcall"
         messages = prompts.initial_messages(question, context, self.cfg.preview_chars)
+        # The proxy checks that every turn of this conversation extends the one before.
+        conversation = f"{role}-d{depth}-{uuid.uuid4().hex[:12]}"
         try:
+            prompt_ids = await self._start_tokens(messages)
             for i in range(max_turns):
                 if self.tally.remaining_s() <= 0:
                     return LoopOutcome(None, False, "timeout")
@@ -239,16 +283,16 @@ class Harness:
                     return LoopOutcome(None, False, "max_tokens")
                 t0 = time.perf_counter()
                 try:
-                    reply = await self.proxy.chat(
-                        messages, role=role, depth=depth, parent=parent, sampling=self.sampling,
-                        timeout_s=max(self.tally.remaining_s(), 0.001),
-                    )
+                    reply = await self._call(messages, prompt_ids, role=role, depth=depth, parent=parent,
+                                             conversation=conversation)
                 except ProxyError as e:
                     if e.kind == "refused":
                         return LoopOutcome(None, False, "budget")
                     if e.kind == "too_long":
                         return LoopOutcome(None, False, "max_tokens")
                     raise Unscorable(str(e)) from None
+                if reply is None:
+                    return LoopOutcome(None, False, "max_tokens")
                 self.tally.tokens += reply.prompt_tokens + reply.completion_tokens
                 turn = TurnStat(
                     index=i, depth=depth, call_id=reply.call_id, parent_call_id=parent, completion=reply.text,
@@ -264,10 +308,14 @@ class Harness:
                     if depth == 0:  # a nested episode's FINAL answers its llm(), not the task
                         self.tally.final_calls += 1
                     return LoopOutcome(answer, True, "final")
-                messages = messages + [
-                    {"role": "assistant", "content": reply.text},
-                    {"role": "user", "content": feedback},
-                ]
+                if prompt_ids is not None:
+                    assert reply.completion_ids is not None
+                    prompt_ids = self.tokens.chat.next_prompt(prompt_ids, reply.completion_ids, feedback)  # type: ignore[union-attr]
+                else:
+                    messages = messages + [
+                        {"role": "assistant", "content": reply.text},
+                        {"role": "user", "content": feedback},
+                    ]
             return LoopOutcome(None, False, "max_turns")
         finally:
             cur.cancel_pending()

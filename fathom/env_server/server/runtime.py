@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from typing import Any, Callable
 
@@ -12,7 +13,11 @@ import httpx
 from fathom.config import FathomConfig
 from fathom.env_server.server.step_episodes import StepStore
 from fathom.env_server.server.episodes import EpisodeManager, load_task
+from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
 from fathom.env_server.server.task_cache import TaskCache
+from fathom.env_server.server.tokens import ChatTokens, TokenPath
+
+log = logging.getLogger(__name__)
 
 
 def _default_pool(cfg: FathomConfig) -> Any:
@@ -22,9 +27,13 @@ def _default_pool(cfg: FathomConfig) -> Any:
 
 
 class Runtime:
-    def __init__(self, cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None):
+    def __init__(self, cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | None = None,
+                 tokenizer_dir: str | None = None):
         self.cfg = cfg
         es = cfg.env_server
+        self.tokenizer_dir = es.tokenizer or tokenizer_dir
+        self.tokens: TokenPath | None = None
+        """The token path, loaded at start (None when prompt_format is chat)."""
         # A sandbox run blocks its thread; runs of depth d wait on runs of depth d + 1, so each depth
         # gets its own pool (threads start lazily; the caps only bound them).
         self.depth_cap = max(es.max_depth, es.demo_max_depth)
@@ -70,6 +79,22 @@ class Runtime:
         n = self.cfg.env_server.max_concurrent_envs * 4
         self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
         self.episodes = EpisodeManager(self)
+        if self.cfg.env_server.prompt_format == "tokens":
+            await self._start_tokens()
+
+    async def _start_tokens(self) -> None:
+        """Load the served model's tokenizer, and refuse to start when the default proxy's engine disagrees."""
+        if not self.tokenizer_dir:
+            raise ValueError("env_server.prompt_format is 'tokens' but no tokenizer is known: set env_server.tokenizer "
+                             "to the served model's directory (`fathom env serve` resolves it from model.name)")
+        chat = await asyncio.get_running_loop().run_in_executor(self.executor, ChatTokens.load, self.tokenizer_dir)
+        self.tokens = TokenPath(chat)
+        assert self.http is not None
+        probe = ProxyClient(self.http, self.default_proxy_url, "", 30.0)
+        try:
+            await self.tokens.ensure(probe)
+        except ProxyError as e:  # the proxy may start after us; the first episode on each proxy checks again
+            log.warning("chat template not yet checked against the engine (%s); the first episode will", e)
 
     async def stop(self) -> None:
         if self.episodes is not None:

@@ -81,20 +81,42 @@ def test_trainable_roles_root_plus_subcall(make_proxy):
     assert sum(turn.loss_mask) == 4 and turn.metadata["trainable"] is True
 
 
-def test_root_turns_are_linked_by_token_prefix(proxy):
-    sid = proxy.open()["session_id"]
+def _calls(proxy, sid):
+    return proxy.http.get(f"/sessions/{sid}/calls").json()["calls"]
+
+
+def test_eval_session_records_where_a_root_turn_diverges(proxy):
+    sid = proxy.open(trainable=False)["session_id"]
     msgs = [{"role": "user", "content": "a"}]
     first = proxy.chat(sid, msgs)
     msgs += [{"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
              {"role": "user", "content": "b"}]
     # The fake renders the assistant text, not its token ids, so the prefix diverges at the completion.
     proxy.chat(sid, msgs)
-    t1, t2 = _trace(proxy, sid).turns
-    assert t2.metadata["extends_call_id"] is None
-    assert t2.metadata["diverges_from_call_id"] == t1.node_id
-    assert t2.metadata["divergence_index"] == len(t1.prompt_token_ids)
-    proxy.chat(sid, [{"role": "user", "content": "a"}])  # a prompt equal to t1's prompt cannot extend t2
-    assert _trace(proxy, sid).turns[2].metadata["divergence_index"] >= 0
+    c1, c2 = _calls(proxy, sid)
+    m2 = c2["metadata"]
+    assert m2["extends_call_id"] is None and m2["diverges_from_call_id"] == c1["call_id"]
+    assert m2["divergence_index"] == len(c1["turn"]["prompt_token_ids"])
+    assert c2["conversation"] is None and m2["conversation"] == "root"  # undeclared: the default root chain
+    assert not proxy.http.get(f"/sessions/{sid}").json()["flagged"]  # chat text on an eval session: only recorded
+
+
+def test_trainable_turn_that_does_not_extend_its_conversation_flags_the_session(proxy):
+    sid = proxy.open()["session_id"]
+    conv = {"X-Fathom-Conversation": "root-1"}
+    msgs = [{"role": "user", "content": "a"}]
+    first = proxy.chat(sid, msgs, headers=conv)
+    proxy.chat(sid, [{"role": "user", "content": "other"}])  # undeclared root calls are linked, never flagged
+    assert not proxy.http.get(f"/sessions/{sid}").json()["flagged"]
+    msgs += [{"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "b"}]
+    second = proxy.chat(sid, msgs, headers=conv).headers["X-Fathom-Call-Id"]
+    r = proxy.http.get(f"/sessions/{sid}/trace")
+    assert r.status_code == 409
+    msg = r.json()["error"]["message"]
+    assert second in msg and "does not extend" in msg and first.headers["X-Fathom-Call-Id"] in msg
+    info = proxy.http.get(f"/sessions/{sid}").json()
+    assert info["flagged"] and len(info["flag_reasons"]) == 1
 
 
 def test_root_turn_extending_the_previous_turn_is_linked(proxy):

@@ -80,11 +80,39 @@ class FakePool:
         pass
 
 
-class FakeProxy:
-    """An httpx transport playing the capture proxy: records each call's headers, answers with `model(messages)`."""
+def byte_tokenizer() -> Any:
+    """A real HF fast tokenizer, one token per byte plus Qwen's chat markers, with TRL's Qwen2.5 template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
 
-    def __init__(self, model: Callable[[list[dict[str, Any]]], str], usage: int = 10, delay_s: float = 0.0):
+    from fathom.policy_server.models import qwen25_chat_template
+
+    vocab = {"<|endoftext|>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", bos_token="<|im_start|>",
+                                  additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tok.chat_template = qwen25_chat_template()
+    return tok
+
+
+class FakeProxy:
+    """An httpx transport playing the capture proxy: records each call's headers, answers with `model(messages)`.
+
+    With `tokens` (a ChatTokens) it also plays the token path: `/tokenize` renders with the same template, and
+    `/v1/completions` decodes the prompt ids, answers `model(prompt_text)` and samples its canonical ids + <|im_end|>.
+    """
+
+    def __init__(self, model: Callable[[Any], str], usage: int = 10, delay_s: float = 0.0, tokens: Any = None,
+                 max_model_len: int = 100_000):
         self.model = model
+        self.tokens = tokens
+        self.max_model_len = max_model_len
+        self.served_probe: list[int] | None = None
+        """When set, what /tokenize answers instead of the template's rendering (a mismatched engine)."""
         self.usage = usage
         self.delay_s = delay_s
         self.calls: list[dict[str, Any]] = []
@@ -104,6 +132,11 @@ class FakeProxy:
             return httpx.Response(200, json={"session_id": "s1", "policy_version": 0, "model": "m",
                                              "trainable": True, "total_tokens": total, "calls": len(self.calls)})
         body = json.loads(request.content)
+        if request.url.path == "/tokenize":
+            ids = self.served_probe or self.tokens.initial(body["messages"])
+            return httpx.Response(200, json={"tokens": ids, "count": len(ids), "max_model_len": self.max_model_len})
+        if request.url.path == "/v1/completions":
+            return await self._complete(request, body)
         call = {"headers": dict(request.headers), "body": body, "tokens": 2 * self.usage}
         outcome = self.fail(call)
         if isinstance(outcome, Exception):
@@ -127,6 +160,29 @@ class FakeProxy:
             json={"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
                   "usage": {"prompt_tokens": self.usage, "completion_tokens": self.usage}},
         )
+
+    async def _complete(self, request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        prompt = body["prompt"]
+        call = {"headers": dict(request.headers), "body": body, "tokens": 0}
+        outcome = self.fail(call)
+        if isinstance(outcome, Exception):
+            raise outcome
+        if isinstance(outcome, httpx.Response):
+            return outcome
+        text = self.model(self.tokens.tok.decode(prompt))
+        ids = self.tokens.encode(text) + [self.tokens.eot_id]
+        finish = "stop"
+        cap = body.get("max_tokens")
+        if cap and len(ids) > cap:
+            ids, finish = ids[:cap], "length"
+            text = self.tokens.tok.decode(ids)
+        call["tokens"] = len(prompt) + len(ids)
+        self.calls.append(call)
+        cid = f"call-{next(self._ids)}"
+        call["id"] = cid
+        choice = {"index": 0, "text": text, "token_ids": ids, "prompt_token_ids": prompt, "finish_reason": finish}
+        return httpx.Response(200, headers={"X-Fathom-Call-Id": cid}, json={
+            "choices": [choice], "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}})
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.MockTransport(self.handle), base_url="http://proxy")

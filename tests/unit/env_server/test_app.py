@@ -22,7 +22,7 @@ TASK = load_split("test")[1]
 @pytest.fixture
 def app_client():
     def make(model=None, overrides=(), delay_s=0.0):
-        cfg = load_config(None, ["--env_server.max_concurrent_envs", "4", *overrides])
+        cfg = load_config(None, ["--env_server.max_concurrent_envs", "4", "--env_server.prompt_format", "chat", *overrides])
         pool = FakePool()
         app = create_app(cfg, pool_factory=lambda _: pool)
         fp = FakeProxy(model or (lambda m: "```repl\nFINAL('x')\n```"), delay_s=delay_s)
