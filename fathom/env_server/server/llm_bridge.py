@@ -172,7 +172,7 @@ class ProxyClient:
     async def tokenize_chat(self, messages: list[dict[str, str]]) -> tuple[list[int], int]:
         """The engine's own rendering of `messages` (generation prompt on) and its max_model_len, via the proxy."""
         body = {"model": PUBLIC_MODEL_NAME, "messages": messages, "add_generation_prompt": True}
-        data, _, _ = await self._post("/tokenize", body, self._auth(), None)
+        data, _, _ = await self._post("/tokenize", body, {}, None)  # no session needed (nor known at start-up)
         try:
             return list(data["tokens"]), int(data["max_model_len"])
         except (KeyError, TypeError, ValueError) as e:
