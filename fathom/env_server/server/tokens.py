@@ -13,6 +13,7 @@ hand-built `<|im_start|>` strings. `check_against` compares one rendering with t
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,6 @@ class TokenPath:
 
     async def ensure(self, proxy: Any) -> int:
         """Check the template against `proxy`'s engine (once per URL); return its max_model_len or raise."""
-        import asyncio
-
         url = proxy.base_url
         if url in self.max_model_len:
             return self.max_model_len[url]
