@@ -80,6 +80,7 @@ class FakeEngine:
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
         ])
 
     async def models(self, _request: Request) -> Response:
@@ -117,6 +118,13 @@ class FakeEngine:
     def _json(self, obj: dict[str, Any]) -> Response:
         # json.dumps writes NaN as a bare literal, which is what a broken engine would send.
         return Response(json.dumps(obj), media_type="application/json")
+
+    async def tokenize(self, request: Request) -> Response:
+        body, fail = await self._gate(request)
+        if fail is not None:
+            return fail
+        prompt, _, _ = self._tokens(body)
+        return JSONResponse({"count": len(prompt), "max_model_len": 4096, "tokens": prompt})
 
     async def chat(self, request: Request) -> Response:
         body, fail = await self._gate(request)

@@ -87,3 +87,19 @@ def test_arrival_order_without_conversations_would_fork_the_root(make_proxy):
     arrival = sorted(trace.turns, key=lambda t: t.metadata["call_index"])
     seqs, _ = _chain_to_sequences(_turns_from_training_trace(TrainingTrace(turns=arrival)), "r", 0)
     assert len(seqs) == 2  # root0 and root1 in separate rows: the whole prompt trained on twice as context
+
+
+def test_tokenize_passes_through_for_the_base_model_without_a_session(proxy, engine):
+    msgs = [{"role": "user", "content": "hi"}]
+    r = proxy.http.post("/tokenize", json={"model": "policy", "messages": msgs, "add_generation_prompt": True})
+    assert r.status_code == 200 and r.json()["max_model_len"] == 4096
+    assert r.json()["tokens"] == [ord(c) % 1000 for c in "<user>hi"]
+    assert engine[0].requests[-1]["model"] == "fake-base"
+    assert proxy.http.post("/tokenize", content=b"[1]").status_code == 400
+
+
+def test_overlong_conversation_header_is_400(proxy):
+    sid = proxy.open()["session_id"]
+    r = proxy.http.post("/v1/completions", json={"model": "policy", "prompt": [1]},
+                        headers={"Authorization": f"Bearer {sid}", "X-Fathom-Conversation": "c" * 201})
+    assert r.status_code == 400 and "X-Fathom-Conversation" in r.json()["error"]["message"]

@@ -113,3 +113,15 @@ def test_nested_episode_is_its_own_token_conversation(chat):
     plain = by_conv[None][0]["body"]["prompt"]
     assert plain == chat.initial([{"role": "user", "content": "tiny"}])
     assert turns[0].subcalls[0].turns and turns[0].subcalls[0].response == "Summa"
+
+
+def test_token_path_without_a_tokenizer_refuses_to_start():
+    from fastapi.testclient import TestClient
+
+    from fathom.config import load_config
+    from fathom.env_server.server.app import create_app
+
+    app = create_app(load_config(None, []), pool_factory=lambda _: FakePool())
+    with pytest.raises(ValueError, match="env_server.tokenizer"):
+        with TestClient(app):
+            pass
