@@ -54,6 +54,8 @@ def scripted(
     host: str = typer.Option("127.0.0.1", help="Bind address."),
     port: int = typer.Option(8300, help="Port; point capture_proxy.upstream_url at it."),
     model: str = typer.Option("fathom-base", help="Model name served at /v1/models."),
+    tokenizer: str = typer.Option(None, help="A model directory: also serve /tokenize and token-id prompts with its "
+                                             "tokenizer and chat template (the env server's token path)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve a scripted policy as an OpenAI-compatible upstream (no model; for tests, benchmarks and demos)."""
@@ -62,7 +64,7 @@ def scripted(
     from fathom.env_server.scripted import create_scripted_app
 
     try:
-        application = create_scripted_app(policy, model)
+        application = create_scripted_app(policy, model, tokenizer_dir=tokenizer)
     except ValueError as e:
         die(str(e))
     uvicorn.run(application, host=host, port=port, log_level=log_level)

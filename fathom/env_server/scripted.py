@@ -10,6 +10,10 @@ Responses are shaped like vLLM's (usage, `prompt_token_ids`, per-choice `token_i
 logprobs when asked) so the capture proxy records them like a real engine's. Tokens are
 word pieces hashed to ids; each message is tokenized on its own, so every turn's prompt
 ids start with the previous turn's prompt + completion ids, as with a real chat template.
+
+Given a real tokenizer (`tokenizer_dir`), it also plays the token path like vLLM: `/tokenize`
+renders with that tokenizer's chat template, and `/v1/completions` takes a token-id prompt, reads
+the conversation back out of it and samples the reply's ids plus the end-of-turn token.
 """
 
 from __future__ import annotations
@@ -127,8 +131,54 @@ def _chat_response(body: dict[str, Any], policy: str, model: str) -> dict[str, A
     return out
 
 
-def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768) -> FastAPI:
-    """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time."""
+class TokenSide:
+    """The scripted model on a real tokenizer: token-id prompts in, reply ids + end-of-turn out."""
+
+    def __init__(self, tokenizer_dir: str):
+        from transformers import AutoTokenizer
+
+        self.tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+        # The template's own turn markers, taken from the tokenizer (its bos/eos are Qwen's im_start/im_end).
+        self.start, self.end = self.tok.bos_token, self.tok.eos_token
+        self.end_id = self.tok.convert_tokens_to_ids(self.end)
+        self._turn = re.compile(re.escape(self.start) + r"(\w+)\n(.*?)" + re.escape(self.end), re.DOTALL)
+
+    def tokenize(self, body: dict[str, Any]) -> list[int]:
+        if "messages" in body:
+            text = self.tok.apply_chat_template(body["messages"], tokenize=False,
+                                                add_generation_prompt=body.get("add_generation_prompt", True))
+        else:
+            text = str(body.get("prompt") or "")
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def messages(self, prompt_ids: list[int]) -> list[dict[str, Any]]:
+        text = self.tok.decode(prompt_ids, skip_special_tokens=False)
+        return [{"role": m.group(1), "content": m.group(2)} for m in self._turn.finditer(text)]
+
+    def complete(self, body: dict[str, Any], policy: str, model: str) -> dict[str, Any]:
+        prompt = body["prompt"]
+        text = scripted_reply(policy, self.messages(prompt))
+        ids, finish = self.tok.encode(text, add_special_tokens=False) + [self.end_id], "stop"
+        cap = body.get("max_tokens")
+        if cap and len(ids) > cap:
+            ids, finish = ids[:cap], "length"
+        text = self.tok.decode(ids, skip_special_tokens=True)
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None,
+                                  "token_ids": ids, "prompt_token_ids": prompt}
+        if body.get("logprobs") is not None:
+            choice["logprobs"] = {"token_logprobs": [-0.01] * len(ids), "tokens": [], "text_offset": [],
+                                  "top_logprobs": []}
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": body.get("model") or model, "choices": [choice],
+                "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids),
+                          "total_tokens": len(prompt) + len(ids)}}
+
+
+def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768,
+                        tokenizer_dir: str | None = None) -> FastAPI:
+    """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time.
+
+    With `tokenizer_dir` it also serves `/tokenize` and token-id prompts on `/v1/completions` (the token path)."""
     if policy not in POLICIES:
         raise ValueError(f"unknown scripted policy {policy!r}; choose one of {', '.join(POLICIES)}")
     app = FastAPI(title="FATHOM scripted policy upstream")
@@ -152,6 +202,23 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
             raise HTTPException(400, "messages: a non-empty list is required")
         app.state.calls += 1
         return _chat_response(body, app.state.policy, model)
+
+    if tokenizer_dir:
+        side = TokenSide(tokenizer_dir)
+
+        @app.post("/tokenize")
+        async def tokenize(request: Request) -> dict[str, Any]:
+            ids = side.tokenize(await request.json())
+            return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids}
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> dict[str, Any]:
+            body = await request.json()
+            prompt = body.get("prompt") if isinstance(body, dict) else None
+            if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
+                raise HTTPException(400, "prompt: a non-empty list of token ids is required")
+            app.state.calls += 1
+            return side.complete(body, app.state.policy, model)
 
     @app.post("/scripted/policy")
     async def set_policy(request: Request) -> dict[str, str]:

@@ -67,12 +67,17 @@ class Stack:
               env_overrides: dict[str, object] | None = None, proxy_up: bool = True) -> "Stack":
         env_overrides = dict(env_overrides or {})
         if upstream_url is None:
-            # The scripted upstream speaks chat text only (its word-piece "tokens" have no tokenizer).
-            env_overrides.setdefault("prompt_format", "chat")
             port = free_port()
             self.upstream_url = f"http://127.0.0.1:{port}"
-            up = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", policy, "--port", str(port),
-                                            "--model", model], self.tmp / "scripted.log")
+            args = [FATHOM, "env", "scripted", "--policy", policy, "--port", str(port), "--model", model]
+            if env_overrides.get("prompt_format", "tokens") == "tokens":
+                # The token path needs a real tokenizer: the tiny model's (the embedded model's tokenizer).
+                from fathom.policy_server.tiny import build_tiny
+
+                tok = str(build_tiny())
+                args += ["--tokenizer", tok]
+                env_overrides.setdefault("tokenizer", tok)
+            up = Proc("scripted upstream", args, self.tmp / "scripted.log")
             self.procs.append(up)
         else:
             self.upstream_url = upstream_url

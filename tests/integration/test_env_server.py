@@ -81,7 +81,15 @@ def test_recursive_policy_builds_the_tree_through_the_proxy(stack, policy):
     for node_id in [n["call_id"] for n in plain] + [inner["call_id"]]:
         assert by_id[node_id]["role"] == "subcall" and by_id[node_id]["depth"] == 1
         assert by_id[node_id]["parent_call_id"] == root["call_id"]
+    # Token path: the root chain first (turn 1 extends turn 0 across the sub-calls), then the nested
+    # sub-episode's chain, then the plain llm() calls; all sent as token ids.
+    ids = [t["node_id"] for t in trace["turns"]]
+    assert ids[:2] == [t["call_id"] for t in res["turns"]] and ids[2] == inner["call_id"]
+    assert set(ids[3:]) == {n["call_id"] for n in plain}
+    assert by_id[res["turns"][1]["call_id"]]["extends_call_id"] == root["call_id"]
+    assert all(m["kind"] == "completion" for m in by_id.values())
     info = httpx.get(f"{stack.proxy_url}/sessions/{res['session_id']}", timeout=30).json()
+    assert not info["flagged"], info["flag_reasons"]
     assert info["calls_by_role"] == {"root": 2, "subcall": 3} and info["total_tokens"] == res["total_tokens"]
 
 

@@ -63,3 +63,30 @@ def test_unknown_question_gets_a_plain_refusal_not_an_error():
     msgs = prompts.initial_messages("What is the airspeed of a swallow?", "x" * 100, 50)
     reply = scripted_reply("reference", msgs)
     assert reply.startswith("I cannot solve this question") and prompts.code_blocks(reply) == []
+
+
+def test_token_side_reads_the_conversation_from_ids_and_samples_ids(tmp_path):
+    from fathom.env_server.server.tokens import ChatTokens
+    from tests.unit.env_server.fakes import byte_tokenizer
+
+    byte_tokenizer().save_pretrained(tmp_path)
+    chat = ChatTokens.load(tmp_path)
+    task = get_task(load_split("test")[0])
+    msgs = prompts.initial_messages(task.question, task.context, 300)
+    with TestClient(create_scripted_app("reference", tokenizer_dir=str(tmp_path))) as c:
+        probe = c.post("/tokenize", json={"model": "m", "messages": msgs}).json()
+        assert probe["tokens"] == chat.initial(msgs)
+        one = c.post("/v1/completions", json={"prompt": chat.initial(msgs), "logprobs": 0}).json()["choices"][0]
+        assert one["text"] == f"```repl\n{reference_solution(task.question).rstrip()}\n```"
+        assert one["token_ids"] == chat.encode(one["text"]) + [chat.eot_id] and one["finish_reason"] == "stop"
+        assert len(one["logprobs"]["token_logprobs"]) == len(one["token_ids"])
+        # A second turn built in token space reads back as system, user, assistant, user.
+        nxt = chat.next_prompt(chat.initial(msgs), one["token_ids"], "REPL output:\n...")
+        cut = c.post("/v1/completions", json={"prompt": nxt, "max_tokens": 3}).json()["choices"][0]
+        assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 3
+        assert c.post("/v1/completions", json={"prompt": "text"}).status_code == 400
+    from fathom.env_server.scripted import TokenSide
+
+    read = TokenSide(str(tmp_path)).messages(nxt)
+    assert [m["role"] for m in read] == ["system", "user", "assistant", "user"]
+    assert read[:2] == msgs and read[2]["content"] == one["text"] and read[3]["content"] == "REPL output:\n..."
