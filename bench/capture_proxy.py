@@ -32,6 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BASE = "fake-base"
+# At concurrency 64 one proxy process serves the calls one after another, so its added p50 is about
+# 64 x its CPU per call: the target holds that CPU under 0.5 ms per call while loaded.
+C64_ADDED_MS = 64 * 0.5
 N_PROMPT, N_COMPLETION = 512, 64
 
 
@@ -236,6 +239,113 @@ def fake_upstream_bench(n_c1: int, per_worker_c64: int) -> dict:
     return results
 
 
+async def _client_load(post, n_c1: int, per_worker_c64: int) -> dict:
+    """Latency of one upstream client's `post()` at concurrency 1 and 64 (same fake engine, same bytes)."""
+    for _ in range(200):
+        await post()
+    lat1 = []
+    for _ in range(n_c1):
+        t = time.perf_counter()
+        await post()
+        lat1.append(time.perf_counter() - t)
+    lat64: list[float] = []
+
+    async def one() -> None:
+        for _ in range(per_worker_c64):
+            t = time.perf_counter()
+            await post()
+            lat64.append(time.perf_counter() - t)
+
+    await asyncio.gather(*(one() for _ in range(64)))
+    return {"c1_p50_ms": pct(lat1, 0.5) * 1e3, "c1_p99_ms": pct(lat1, 0.99) * 1e3,
+            "c64_p50_ms": pct(lat64, 0.5) * 1e3}
+
+
+def upstream_client_bench(n_c1: int, per_worker_c64: int) -> dict:
+    """The side-by-side row behind the proxy's choice of upstream client (docs/capture_proxy.md):
+    the same POST to the fake engine through a raw persistent socket (the floor), the proxy's
+    h11 pool, httpx with pooling tuned for one host, and aiohttp."""
+    import httpx
+    import orjson
+
+    from fathom.capture_proxy.upstream import UpstreamClient
+
+    fake = Server("fake")
+    body = orjson.dumps({**CHAT, "model": BASE, "logprobs": True, "return_token_ids": True})
+    path = "/v1/chat/completions"
+    rows: dict = {}
+
+    async def raw() -> dict:
+        raws = post_bytes(fake.url, path, json.loads(body), None)
+        conns = [await asyncio.open_connection("127.0.0.1", fake.port, limit=1 << 22) for _ in range(64)]
+        free = list(conns)
+
+        async def post() -> None:
+            r, w = free.pop()
+            try:
+                await _exchange(r, w, raws, fake.url)
+            finally:
+                free.append((r, w))
+
+        try:
+            return await _client_load(post, n_c1, per_worker_c64)
+        finally:
+            for _, w in conns:
+                w.close()
+
+    async def ours() -> dict:
+        client = UpstreamClient(fake.url, timeout_s=60, connect_timeout_s=5)
+        try:
+            async def post() -> None:
+                r = await client.post(path, body)
+                assert r.status == 200 and r.body
+            return await _client_load(post, n_c1, per_worker_c64)
+        finally:
+            await client.aclose()
+
+    async def with_httpx() -> dict:
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=4.0)
+        async with httpx.AsyncClient(base_url=fake.url, limits=limits, timeout=60, trust_env=False) as client:
+            headers = {"content-type": "application/json"}
+
+            async def post() -> None:
+                r = await client.post(path, content=body, headers=headers)
+                assert r.status_code == 200 and r.content
+            return await _client_load(post, n_c1, per_worker_c64)
+
+    async def with_aiohttp() -> dict:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0)
+        async with aiohttp.ClientSession(fake.url, connector=connector, auto_decompress=False,
+                                         skip_auto_headers=["User-Agent", "Accept-Encoding"]) as session:
+            headers = {"content-type": "application/json"}
+
+            async def post() -> None:
+                async with session.post(path, data=body, headers=headers) as r:
+                    assert r.status == 200 and await r.read()
+            return await _client_load(post, n_c1, per_worker_c64)
+
+    try:
+        clients = {"raw_socket": raw, "h11_pool": ours, "httpx": with_httpx}
+        try:
+            import aiohttp  # noqa: F401
+
+            clients["aiohttp"] = with_aiohttp
+        except ImportError:
+            rows["aiohttp"] = "not installed"
+        for name, run in clients.items():
+            rows[name] = {k: round(v, 4) for k, v in asyncio.run(run()).items()}
+    finally:
+        fake.stop()
+    floor = rows["raw_socket"]
+    for name, r in rows.items():
+        if isinstance(r, dict) and name != "raw_socket":
+            r["added_c1_p50_ms"] = round(r["c1_p50_ms"] - floor["c1_p50_ms"], 4)
+            r["added_c64_p50_ms"] = round(r["c64_p50_ms"] - floor["c64_p50_ms"], 4)
+    return rows
+
+
 def rss_mb(pid: int) -> float:
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmRSS:"):
@@ -335,6 +445,7 @@ def main() -> None:
         serve(args.serve, args.port, args.upstream, args.base)
         return
 
+    clients = upstream_client_bench(args.requests, args.per_worker)
     fake = fake_upstream_bench(args.requests, args.per_worker)
     churn = session_churn_bench(args.sessions)
     vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, window_s=args.vllm_window_s)
@@ -342,15 +453,22 @@ def main() -> None:
     targets = [
         {"name": "added_p50_latency_ms_c1", "value": round(ours["added_c1_p50_ms"], 4), "target": "< 1.0",
          "met": ours["added_c1_p50_ms"] < 1.0},
+        # Capture runs after the answer is sent, so p50 at concurrency 1 hides its cost; p99 and
+        # concurrency 64 (where capture competes with answering) do not.
+        {"name": "added_p99_latency_ms_c1", "value": round(ours["added_c1_p99_ms"], 4), "target": "< 2.0",
+         "met": ours["added_c1_p99_ms"] < 2.0},
+        {"name": "added_p50_latency_ms_c64", "value": round(ours["added_c64_p50_ms"], 4),
+         "target": f"< {C64_ADDED_MS:g}", "met": ours["added_c64_p50_ms"] < C64_ADDED_MS},
         {"name": "added_latency_vs_openenv_capture_c1_p50", "value": round(ours["added_c1_p50_ms"] / oe["added_c1_p50_ms"], 4),
          "target": "<= 0.5", "met": ours["added_c1_p50_ms"] <= 0.5 * oe["added_c1_p50_ms"]},
-        {"name": "proxied_over_direct_tokens_per_s", "value": None if vllm is None else round(vllm["proxied_over_direct"], 4),
-         "target": ">= 0.98", "met": None if vllm is None else vllm["proxied_over_direct"] >= 0.98},
     ]
+    if vllm is not None:  # a skipped part has no target rather than a `met` that is neither true nor false
+        targets.append({"name": "proxied_over_direct_tokens_per_s", "value": round(vllm["proxied_over_direct"], 4),
+                        "target": ">= 0.98", "met": vllm["proxied_over_direct"] >= 0.98})
     rounded = {k: {m: round(v, 4) for m, v in r.items()} for k, r in fake.items()}
     print(json.dumps({"bench": "capture_proxy", "cpu_count": os.cpu_count(),
                       "fake_upstream": {"prompt_ids": N_PROMPT, "completion_ids": N_COMPLETION, **rounded},
-                      "session_churn": churn, "vllm_cpu": vllm, "targets": targets}, indent=2))
+                      "upstream_clients": clients, "session_churn": churn, "vllm_cpu": vllm, "targets": targets}, indent=2))
 
 
 if __name__ == "__main__":
