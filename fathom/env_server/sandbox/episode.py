@@ -11,7 +11,7 @@ from typing import Any, Callable, Protocol
 
 from fathom.config.sandbox import SandboxConfig
 from fathom.env_server.sandbox import wire
-from fathom.env_server.sandbox.results import RunResult, SandboxError
+from fathom.env_server.sandbox.results import RunResult, SandboxError, valid_utf8
 from fathom.env_server.sandbox.worker import EXIT_MEMORY
 
 
@@ -135,7 +135,7 @@ class EpisodeSandbox:
             reply = {"ok": False, "error": "llm() is not available in this episode (no model is attached)"}
         else:
             try:
-                results = self._llm(prompts)
+                results = self._llm([valid_utf8(p) for p in prompts])
                 if not isinstance(results, list) or len(results) != len(prompts):
                     raise RuntimeError(f"handler returned {type(results).__name__} of the wrong length")
                 reply = {"ok": True, "results": [str(r) for r in results]}
@@ -213,15 +213,14 @@ def _describe(reason: str) -> str:
 
 
 def _result_from(msg: dict[str, Any], cap: int) -> RunResult:
-    def text(key: str) -> str:
+    # Every text the worker returns is made valid UTF-8 here, the one place results enter the host.
+    def text(key: str) -> str | None:
         v = msg.get(key)
-        return v[:cap] if isinstance(v, str) else ""
+        return valid_utf8(v[:cap]) if isinstance(v, str) else None
 
-    err = msg.get("error")
-    final = msg.get("final_answer")
     calls = msg.get("llm_calls")
     return RunResult(
-        stdout=text("stdout"), stderr=text("stderr"), error=err[:cap] if isinstance(err, str) else None,
-        truncated=bool(msg.get("truncated")), final_answer=final[:cap] if isinstance(final, str) else None,
+        stdout=text("stdout") or "", stderr=text("stderr") or "", error=text("error"),
+        truncated=bool(msg.get("truncated")), final_answer=text("final_answer"),
         llm_calls=calls if isinstance(calls, int) else 0,
     )

@@ -36,3 +36,17 @@ class RunResult:
         if self.truncated:
             text += "\n[... output truncated by the sandbox]"
         return text
+
+
+def valid_utf8(text: str) -> str:
+    """`text` with every code point UTF-8 cannot encode (lone surrogates) replaced by U+FFFD.
+
+    Sandboxed code can print `chr(0xD800)`; such a str reaches the host intact (the wire allows
+    surrogates) but cannot be serialized as JSON or tokenized, so it would break the step that
+    returns it. A correctly paired surrogate couple becomes the character it encodes.
+    """
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
