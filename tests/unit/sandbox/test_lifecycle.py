@@ -14,6 +14,7 @@ import pytest
 
 from fathom.config.sandbox import SandboxConfig
 from fathom.env_server.sandbox import SandboxError, SandboxPool
+from tests.sandbox_layers import need
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -336,8 +337,7 @@ def test_zygote_falls_back_when_bwrap_breaks_unless_required(monkeypatch):
     from fathom.env_server.sandbox import layers
 
     detected = layers.detect_layers()  # before the breakage: the probe passed, the real start fails
-    if not detected["bwrap"]["available"]:
-        pytest.skip("bwrap is not available here")
+    need(detected, "bwrap")
     real = layers.bwrap_argv
     monkeypatch.setattr(layers, "bwrap_argv", lambda *a: real(*a) + ["--bogus-option"])
     monkeypatch.setattr(layers, "detect_layers", lambda: detected)
