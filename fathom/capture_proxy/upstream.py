@@ -1,11 +1,13 @@
-"""The proxy's HTTP/1.1 client for the one upstream it talks to (vLLM): h11 framing under a small pool.
+"""The proxy's HTTP/1.1 client for the one upstream it talks to (vLLM): httptools (llhttp) parsing
+under a small pool.
 
-Why h11 under our own pool, not httpx or aiohttp: `bench/capture_proxy.py` measures all three
-side by side (its `upstream_clients` rows; numbers in docs/capture_proxy.md). h11 does the protocol
-(chunked bodies and trailers, bodiless statuses such as 204, read-until-close, list-valued
-`Connection`/`Transfer-Encoding`) and the pool does only what the proxy needs: a connection cap,
-an idle lifetime below the server's keep-alive timeout, and a retry rule that can never send a
-chat completion twice.
+Why httptools under our own pool, not httpx, aiohttp or h11: `bench/capture_proxy.py` measures them
+side by side (its `upstream_clients` rows; numbers in docs/capture_proxy.md). llhttp, the parser of
+Node.js, does the protocol (chunked bodies and trailers, bodiless statuses such as 204,
+list-valued `Connection`/`Transfer-Encoding`, keep-alive rules); the pool does only what the proxy
+needs: a connection cap, an idle lifetime below the server's keep-alive timeout, and a retry rule
+that can never send a chat completion twice. Requests are ours and fixed-form (a JSON POST or a
+GET to a known path), so they are written directly.
 
 Retry rule: at most once, only for a reused connection, and only when nothing was sent on it
 (the server had already closed it when we were about to write). Once request bytes are written,
@@ -21,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import h11
+import httptools
 
 _READ_CHUNK = 1 << 18
 
@@ -44,12 +46,44 @@ class _NothingSent(Exception):
     """The pooled connection was already closed by the server before we wrote anything on it."""
 
 
+class _Answer:
+    """Callback target of llhttp for the responses read on one connection."""
+
+    __slots__ = ("parser", "body", "done", "headers_done", "framed", "keep_alive", "messages")
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.messages = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.body = bytearray()
+        self.done = self.headers_done = self.framed = self.keep_alive = False
+
+    def on_message_begin(self) -> None:
+        self.messages += 1
+
+    def on_header(self, name: bytes, _value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.framed = True
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        # llhttp answers this only until the message completes (it reports False afterwards).
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
 class _Conn:
-    __slots__ = ("reader", "writer", "h11", "idle_since")
+    __slots__ = ("reader", "writer", "idle_since")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.h11 = h11.Connection(h11.CLIENT)
         self.idle_since = 0.0
 
     def closed_by_peer(self) -> bool:
@@ -104,16 +138,18 @@ class UpstreamClient:
 
     async def request(self, method: str, path: str, body: bytes | None,
                       timeout_s: float | None = None) -> UpstreamResponse:
-        headers = [(b"host", self._host_header)]
+        if not path.startswith("/") or any(c in path for c in " \r\n"):
+            raise ValueError(f"upstream path {path!r} must start with / and hold no spaces or line breaks")
+        head = [f"{method} {self.prefix}{path} HTTP/1.1".encode(), b"host: " + self._host_header]
         if body is not None:
-            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        req = h11.Request(method=method, target=f"{self.prefix}{path}", headers=headers)
+            head += [b"content-type: application/json", b"content-length: " + str(len(body)).encode()]
+        raw = b"\r\n".join(head) + b"\r\n\r\n" + (body or b"")
         limit = timeout_s if timeout_s is not None else self.timeout_s
         try:
             async with asyncio.timeout(limit):
                 # Waiting for a free connection slot counts toward the call's time limit.
                 async with self._slots:
-                    return await self._send(req, body)
+                    return await self._send(raw)
         except TimeoutError:
             raise UpstreamError("timeout", f"upstream {self.base_url} did not answer {method} {path} within {limit:g} s") from None
         except UpstreamError:
@@ -123,16 +159,16 @@ class UpstreamClient:
         except Exception as e:  # noqa: BLE001 - the contract is "every failure is an UpstreamError"
             raise UpstreamError("protocol", f"upstream {self.base_url} broke HTTP on {method} {path}: {e!r}") from None
 
-    async def _send(self, req: h11.Request, body: bytes | None) -> UpstreamResponse:
+    async def _send(self, raw: bytes) -> UpstreamResponse:
         conn = self._checkout()
         if conn is not None:
             try:
-                return await self._exchange(conn, req, body)
+                return await self._exchange(conn, raw)
             except _NothingSent:
                 pass  # the server closed it while idle; nothing reached it, so one fresh try is safe
         conn = await self._connect()
         try:
-            return await self._exchange(conn, req, body)
+            return await self._exchange(conn, raw)
         except _NothingSent:
             raise UpstreamError("unavailable", f"upstream {self.base_url} closed a new connection at once") from None
 
@@ -157,57 +193,49 @@ class UpstreamClient:
             raise UpstreamError("unavailable", f"cannot connect to upstream {self.base_url}: {e.strerror or e}") from None
         return _Conn(reader, writer)
 
-    async def _exchange(self, conn: _Conn, req: h11.Request, body: bytes | None) -> UpstreamResponse:
-        h = conn.h11
+    async def _exchange(self, conn: _Conn, raw: bytes) -> UpstreamResponse:
         if conn.closed_by_peer():
             conn.close()
             raise _NothingSent()
-        ok, eof = False, False
+        answer = _Answer()
+        parser = answer.parser
+        reusable, ok = True, False
         try:
-            data = h.send(req)
-            if body is not None:
-                data += h.send(h11.Data(data=body))
-            data += h.send(h11.EndOfMessage())
-            conn.writer.write(data)
+            conn.writer.write(raw)
             await conn.writer.drain()
-            status, out, eof = 0, bytearray(), False
             while True:
-                event = h.next_event()
-                if event is h11.NEED_DATA:
-                    chunk = await conn.reader.read(_READ_CHUNK)
-                    eof = not chunk
-                    h.receive_data(chunk)  # b"" tells h11 about EOF
-                elif isinstance(event, h11.Response):
-                    status = event.status_code
-                elif isinstance(event, h11.Data):
-                    out += event.data
-                elif isinstance(event, h11.EndOfMessage):
+                chunk = await conn.reader.read(_READ_CHUNK)
+                if not chunk:
+                    status = parser.get_status_code() if answer.headers_done else 0
+                    if answer.headers_done and not answer.framed and status >= 200 and status not in (204, 304):
+                        reusable = False  # neither length nor chunking: the body ends when the server closes
+                        break
+                    what = "mid-answer" if answer.messages else "without answering"
+                    raise UpstreamError("unavailable", f"upstream {self.base_url} closed the connection {what}")
+                try:
+                    parser.feed_data(chunk)
+                except httptools.HttpParserUpgrade:
+                    raise UpstreamError("protocol", f"upstream {self.base_url} switched protocols") from None
+                except httptools.HttpParserError:
+                    if not answer.done:
+                        raise
+                    reusable = False  # bytes after a complete answer: this connection cannot be trusted
+                if answer.done:
+                    if parser.get_status_code() < 200:
+                        answer.reset()  # 1xx: the final answer follows on the same connection
+                        continue
                     break
-                elif isinstance(event, h11.ConnectionClosed):
-                    raise UpstreamError("unavailable", f"upstream {self.base_url} closed the connection without answering")
-                # InformationalResponse (1xx): keep reading for the final answer.
+            status = parser.get_status_code()
             ok = True
-        except h11.RemoteProtocolError as e:
-            kind = "unavailable" if eof else "protocol"
-            raise UpstreamError(kind, f"upstream {self.base_url} broke the answer: {e}") from None
+        except httptools.HttpParserError as e:
+            raise UpstreamError("protocol", f"upstream {self.base_url} sent a malformed answer: {e}") from None
         finally:
             if not ok:
                 # Timeout, cancellation or error mid-exchange: the connection is in an unknown state.
                 conn.close()
-        if self._reusable(conn):
+        if reusable and answer.messages == 1 and answer.keep_alive and not conn.closed_by_peer():
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
         else:
-            conn.close()  # `Connection: close`, or a body read until EOF
-        return UpstreamResponse(status, bytes(out))
-
-    @staticmethod
-    def _reusable(conn: _Conn) -> bool:
-        h = conn.h11
-        if h.our_state is not h11.DONE or h.their_state is not h11.DONE or conn.closed_by_peer():
-            return False
-        try:
-            h.start_next_cycle()  # refuses when either side asked to close
-        except h11.LocalProtocolError:
-            return False
-        return True
+            conn.close()  # `Connection: close`, a body read until EOF, or stray bytes
+        return UpstreamResponse(status, bytes(answer.body))

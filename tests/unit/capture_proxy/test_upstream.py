@@ -292,4 +292,26 @@ def test_bad_url_is_rejected():
 
 
 def test_module_has_no_hand_written_framing():
-    assert not hasattr(up, "_read_chunked") and not hasattr(up, "_parse_head")
+    assert not hasattr(up, "_read_chunked") and not hasattr(up, "_parse_head") and hasattr(up, "httptools")
+
+
+def test_informational_answer_then_the_real_one():
+    async def body(client):
+        return await client.post("/x", b"{}")
+
+    r = _run(_serve_each([b"HTTP/1.1 100 Continue\r\n\r\n" + OK]), body)
+    assert (r.status, r.body) == (200, b"ok")
+
+
+def test_stray_bytes_after_an_answer_retire_the_connection():
+    # A complete answer followed by junk: the answer stands, the connection is never reused.
+    connections = []
+
+    async def body(client):
+        first = await client.post("/x", b"{}")
+        idle = client.idle_connections
+        second = await client.post("/x", b"{}")
+        return first.body, idle, second.body
+
+    assert _run(_serve_each([OK + b"garbage\r\n\r\n", OK], connections=connections), body) == (b"ok", 0, b"ok")
+    assert len(connections) == 2
