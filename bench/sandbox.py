@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/sandbox.py [--runs 500]
 
+It runs the shipped config's sandbox (configs/smoke.toml) and exits 1, with the layer target
+unmet, when a layer that config requires is not active here.
+
 Measured in one run: warm `run` latency (with a bare in-process `exec` of the same
 snippets as the floor), new-episode latency with 1 MB and 100 MB contexts, and 32
 concurrent episodes on this machine's cores.
@@ -19,8 +22,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fathom.config.sandbox import SandboxConfig  # noqa: E402
-from fathom.env_server.sandbox import SandboxPool  # noqa: E402
+from fathom.config import load_config  # noqa: E402
+from fathom.env_server.sandbox import SandboxError, SandboxPool  # noqa: E402
+
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "smoke.toml")
 
 SNIPPETS = [
     "x = 1",
@@ -61,10 +66,23 @@ def main() -> None:
     doc_1mb = ("The quick brown fox jumps over the lazy dog. " * 23302)[:1_000_000]
     doc_100mb = doc_1mb * 100
     targets, extra = [], {}
+    # The shipped config's sandbox, required layers included: numbers from a sandbox missing a layer
+    # the product requires would describe something that never runs, so that fails the benchmark.
+    cfg = load_config(SHIPPED).sandbox
+    required = list(cfg.required_layers)
     t0 = time.perf_counter()
-    pool = SandboxPool(SandboxConfig())
+    try:
+        pool = SandboxPool(cfg)
+    except SandboxError as e:
+        print(json.dumps({"benchmark": "sandbox", "error": str(e), "targets": [
+            {"name": "shipped required layers active", "value": [], "target": required, "met": False}]}, indent=2))
+        sys.exit(1)
     extra["pool_start_s"] = round(time.perf_counter() - t0, 3)
     extra["layers"] = pool.effective_layers
+    extra["required_layers"] = required
+    missing = [n for n in required if n not in pool.effective_layers]
+    targets.append({"name": "shipped required layers active", "value": pool.effective_layers, "target": required,
+                    "met": not missing})
     try:
         # Warm run latency.
         ep = pool.new_episode(doc_1mb)
@@ -145,6 +163,8 @@ def main() -> None:
         "targets": targets,
         **extra,
     }, indent=2))
+    if missing:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

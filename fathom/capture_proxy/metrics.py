@@ -1,77 +1,63 @@
-"""Prometheus text-format metrics, kept per app instance (tests run several apps in one process).
+"""The proxy's Prometheus metrics, on a `prometheus_client` registry per app instance.
 
-A global client registry would leak counters between apps, and the proxy needs only counters,
-gauges read at scrape time, and two latency histograms.
+A registry per app, not the client library's global one: tests run several apps in one process,
+and the global registry would share (and refuse to re-register) their metrics. The library does
+the text format: full-precision values, escaped label values, and the counter/gauge/histogram
+types as declared.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class Histogram:
-    __slots__ = ("buckets", "counts", "total", "n")
+class _ReadCounter(Collector):
+    """A counter whose total lives elsewhere (e.g. the session store's eviction count), read at scrape time."""
 
-    def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)
-        self.total = 0.0
-        self.n = 0
+    def __init__(self, name: str, text: str, read: Callable[[], float]) -> None:
+        self.name, self.text, self.read = name, text, read
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.buckets, value)] += 1
-        self.total += value
-        self.n += 1
-
-
-def _labels(pairs: tuple[tuple[str, str], ...]) -> str:
-    if not pairs:
-        return ""
-    inner = ",".join(f'{k}="{v}"' for k, v in pairs)
-    return "{" + inner + "}"
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.text, value=self.read())
 
 
 class Metrics:
-    """Named counters with labels, scrape-time gauges, and histograms; `render()` gives the text format."""
+    """Labelled counters, scrape-time gauges and counters, and histograms; `render()` gives the text format."""
 
     def __init__(self) -> None:
-        self.counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(lambda: defaultdict(float))
-        self.help: dict[str, str] = {}
-        self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
-        self.histograms: dict[str, tuple[str, Histogram]] = {}
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._counters: dict[str, Counter] = {}
+        self._labels: dict[str, tuple[str, ...]] = {}
+
+    def counter(self, name: str, text: str, labels: tuple[str, ...] = ()) -> None:
+        """Declare a counter; `name` is the exposed name (ending in `_total`)."""
+        base = name.removesuffix("_total")
+        self._counters[name] = Counter(base, text, labelnames=labels, registry=self.registry)
+        self._labels[name] = labels
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
-        self.counters[name][tuple(sorted(labels.items()))] += value
-
-    def describe(self, name: str, text: str) -> None:
-        self.help[name] = text
+        counter = self._counters[name]
+        if self._labels[name]:
+            counter.labels(**labels).inc(value)
+        else:
+            counter.inc(value)
 
     def gauge(self, name: str, text: str, read: Callable[[], float]) -> None:
-        self.gauges[name] = (text, read)
+        Gauge(name, text, registry=self.registry).set_function(read)
+
+    def counter_from(self, name: str, text: str, read: Callable[[], float]) -> None:
+        """A monotonically growing count kept elsewhere, exposed as a counter (not a gauge)."""
+        self.registry.register(_ReadCounter(name.removesuffix("_total"), text, read))
 
     def histogram(self, name: str, text: str) -> Histogram:
-        h = Histogram()
-        self.histograms[name] = (text, h)
-        return h
+        return Histogram(name, text, buckets=LATENCY_BUCKETS, registry=self.registry)
 
     def render(self) -> str:
-        out: list[str] = []
-        for name in sorted(self.counters):
-            out += [f"# HELP {name} {self.help.get(name, name)}", f"# TYPE {name} counter"]
-            for labels, value in sorted(self.counters[name].items()):
-                out.append(f"{name}{_labels(labels)} {value:g}")
-        for name, (text, read) in sorted(self.gauges.items()):
-            out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", f"{name} {read():g}"]
-        for name, (text, h) in sorted(self.histograms.items()):
-            out += [f"# HELP {name} {text}", f"# TYPE {name} histogram"]
-            running = 0
-            for bound, count in zip(h.buckets, h.counts):
-                running += count
-                out.append(f'{name}_bucket{{le="{bound:g}"}} {running}')
-            out.append(f'{name}_bucket{{le="+Inf"}} {h.n}')
-            out += [f"{name}_sum {h.total:.6f}", f"{name}_count {h.n}"]
-        return "\n".join(out) + "\n"
+        return generate_latest(self.registry).decode("utf-8")

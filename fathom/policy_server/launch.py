@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -31,10 +31,19 @@ class PolicyServerError(RuntimeError):
     """vLLM could not be started or died; the message carries the cause and the log tail."""
 
 
+def cuda_available() -> bool:
+    """Whether torch can use a CUDA device (a driver tool on PATH says nothing about that)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def detect_device(setting: str) -> str:
     if setting != "auto":
         return setting
-    return "cuda" if shutil.which("nvidia-smi") else "cpu"
+    return "cuda" if cuda_available() else "cpu"
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -50,18 +59,27 @@ def port_in_use(host: str, port: int) -> bool:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def vllm_interpreter(ps: PolicyServerConfig) -> str:
-    """`policy_server.vllm_python`; a relative path is taken from the checkout, not the cwd."""
+def vllm_interpreter(ps: PolicyServerConfig, device: str = "cpu") -> str:
+    """`policy_server.vllm_python` (a relative path is taken from the checkout, not the cwd). On CUDA,
+    when that venv does not exist, the interpreter running fathom: the CUDA build is installed beside it."""
     p = Path(ps.vllm_python).expanduser()
-    return str(p if p.is_absolute() else REPO_ROOT / p)
+    path = p if p.is_absolute() else REPO_ROOT / p
+    if device == "cuda" and not path.exists():
+        return sys.executable
+    return str(path)
 
 
-def build_command(ps: PolicyServerConfig, model: ModelConfig, model_path: str) -> tuple[list[str], dict[str, str]]:
-    """The vLLM argv and extra environment for this config (pure; unit-tested)."""
-    device = detect_device(ps.device)
-    python = vllm_interpreter(ps) if device == "cpu" else "python"
-    argv = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
+def dev_mode(ps: PolicyServerConfig) -> bool:
+    """Dev mode exposes /collective_rpc (arbitrary engine RPC): only when weight sync needs it. Merged
+    sync reloads weights through /collective_rpc on CPU and the RL weight-transfer routes on GPU."""
+    if ps.dev_mode != "auto":
+        return ps.dev_mode == "on"
+    return ps.weight_sync == "merged"
+
+
+def vllm_flags(ps: PolicyServerConfig, model: ModelConfig, model_path: str, device: str) -> list[str]:
+    """Every command-line flag vLLM gets for this config (the one place to add one)."""
+    flags = [
         "--model", model_path,
         "--served-model-name", ps.served_model_name,
         "--host", ps.host,
@@ -74,24 +92,36 @@ def build_command(ps: PolicyServerConfig, model: ModelConfig, model_path: str) -
         "--max-logprobs", "1",
         "--generation-config", "vllm",
     ]
-    env = {
-        "VLLM_SERVER_DEV_MODE": "1",  # /server_info, /collective_rpc, /reset_prefix_cache
-        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",  # /v1/load_lora_adapter and unload
-        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO"),
-    }
     if ps.enable_lora:
-        argv += ["--enable-lora", "--max-lora-rank", str(ps.max_lora_rank), "--max-loras", str(ps.max_loras)]
+        flags += ["--enable-lora", "--max-lora-rank", str(ps.max_lora_rank), "--max-loras", str(ps.max_loras)]
     if ps.enforce_eager:
-        argv.append("--enforce-eager")
+        flags.append("--enforce-eager")
     if device == "cuda":
-        argv += ["--gpu-memory-utilization", str(ps.gpu_memory_utilization)]
+        flags += ["--gpu-memory-utilization", str(ps.gpu_memory_utilization)]
         if ps.weight_sync == "merged":
-            argv += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
-    else:
+            flags += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
+    return flags + list(ps.extra_args)
+
+
+def server_env(ps: PolicyServerConfig, device: str) -> dict[str, str]:
+    """Environment variables vLLM gets on top of ours."""
+    env = {"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
+    if dev_mode(ps):
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    if ps.enable_lora and ps.weight_sync == "adapter":
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # /v1/load_lora_adapter and unload
+    if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(ps.cpu_kvcache_gb)
         env["VLLM_TARGET_DEVICE"] = "cpu"
-    argv += list(ps.extra_args)
-    return argv, env
+    return env
+
+
+def build_command(ps: PolicyServerConfig, model: ModelConfig, model_path: str) -> tuple[list[str], dict[str, str]]:
+    """The vLLM argv and extra environment for this config (pure apart from device detection; unit-tested)."""
+    device = detect_device(ps.device)
+    argv = [vllm_interpreter(ps, device), "-m", "vllm.entrypoints.openai.api_server",
+            *vllm_flags(ps, model, model_path, device)]
+    return argv, server_env(ps, device)
 
 
 class PolicyServer:
@@ -119,7 +149,7 @@ class PolicyServer:
                 f"or pass --policy_server.port N"
             )
         argv, extra_env = build_command(self.ps, self.model, self.model_path)
-        if detect_device(self.ps.device) == "cpu" and not Path(argv[0]).exists():
+        if not Path(argv[0]).exists():
             raise PolicyServerError(f"vLLM interpreter {argv[0]!r} not found; run `make setup` to build the vLLM venv")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")

@@ -46,6 +46,8 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
             "--policy_server.max_loras", "4",
             "--policy_server.max_lora_rank", "16",
             "--policy_server.cpu_kvcache_gb", "2",
+            # test_server_info reads /server_info, a dev-mode route the adapter-sync default leaves off.
+            "--policy_server.dev_mode", "on",
         ],
     )
     server = PolicyServer(cfg.policy_server, cfg.model, str(tiny_model_dir), tmp_path_factory.mktemp("vllm"))

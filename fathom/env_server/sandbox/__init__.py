@@ -15,13 +15,18 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["EpisodeSandbox", "RunResult", "SandboxError", "SandboxPool", "detect_layers"]
 
 if TYPE_CHECKING:
-    from fathom.env_server.sandbox.api import RunResult, SandboxError, SandboxPool
+    from fathom.env_server.sandbox.api import SandboxPool
+    from fathom.env_server.sandbox.results import RunResult, SandboxError
     from fathom.env_server.sandbox.episode import EpisodeSandbox
     from fathom.env_server.sandbox.layers import detect_layers
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("RunResult", "SandboxError", "SandboxPool"):
+    if name in ("RunResult", "SandboxError"):
+        from fathom.env_server.sandbox import results
+
+        return getattr(results, name)
+    if name == "SandboxPool":
         from fathom.env_server.sandbox import api
 
         return getattr(api, name)

@@ -16,48 +16,16 @@ import subprocess
 import sys
 import threading
 import weakref
-from dataclasses import dataclass
 from typing import Callable
 
 from fathom.config.sandbox import SandboxConfig
 from fathom.env_server.sandbox import layers, wire
 from fathom.env_server.sandbox.episode import EpisodeSandbox
+from fathom.env_server.sandbox.results import RunResult, SandboxError
 
 log = logging.getLogger(__name__)
 LlmHandler = Callable[[list[str]], list[str]]
-
-
-class SandboxError(RuntimeError):
-    """The sandbox cannot start or serve (missing layer, zygote died); the message says what to do."""
-
-
-@dataclass
-class RunResult:
-    stdout: str = ""
-    stderr: str = ""
-    error: str | None = None
-    truncated: bool = False
-    duration_ms: float = 0.0
-    killed_reason: str | None = None
-    """None, or why the worker was killed: timeout, memory, cpu, crashed, protocol; `dead` when the episode was
-    already killed or closed, `closed` when close() came while this call ran."""
-    final_answer: str | None = None
-    """Set when this call invoked FINAL(x) / FINAL_VAR(name): the answer as a string."""
-    llm_calls: int = 0
-    """Prompts sent to the llm handler during this call."""
-    output_cap: int | None = None
-    """The cap `output()` applies when given none (sandbox.output_cap_chars of the pool)."""
-
-    def output(self, cap: int | None = None) -> str:
-        """stdout + stderr + error as the model should see it, cut at `cap` with a visible marker."""
-        cap = self.output_cap if cap is None else cap
-        parts = [p for p in (self.stdout, self.stderr, self.error) if p]
-        text = "\n".join(p.rstrip("\n") for p in parts)
-        if cap is not None and len(text) > cap:
-            return text[:cap] + f"\n[... output truncated: {len(text) - cap} more characters not shown]"
-        if self.truncated:
-            text += "\n[... output truncated by the sandbox]"
-        return text
+__all__ = ["LlmHandler", "RunResult", "SandboxError", "SandboxPool"]
 
 
 _BOOT = "import sys; sys.path.insert(0, sys.argv.pop(1)); from fathom.env_server.sandbox.zygote import main; main()"

@@ -7,13 +7,20 @@ import signal
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
+from fathom.config.sandbox import SandboxConfig
 from fathom.env_server.sandbox import wire
+from fathom.env_server.sandbox.results import RunResult, SandboxError, valid_utf8
 from fathom.env_server.sandbox.worker import EXIT_MEMORY
 
-if TYPE_CHECKING:
-    from fathom.env_server.sandbox.api import RunResult, SandboxPool
+
+class PoolLink(Protocol):
+    """What an episode needs from its pool (api.SandboxPool), named here so episode.py never imports api.py."""
+
+    cfg: SandboxConfig
+
+    def _status(self, token: int, gen: int) -> dict: ...
 
 
 class _Deadline(Exception):
@@ -23,7 +30,7 @@ class _Deadline(Exception):
 class EpisodeSandbox:
     """A worker forked for one episode; variables persist across `run` calls until `close`."""
 
-    def __init__(self, pool: "SandboxPool", sock: socket.socket, pidfd: int, token: int, gen: int,
+    def __init__(self, pool: PoolLink, sock: socket.socket, pidfd: int, token: int, gen: int,
                  llm_handler: Callable[[list[str]], list[str]] | None) -> None:
         self._pool, self._sock, self._pidfd = pool, sock, pidfd
         self._token, self._gen = token, gen  # the zygote's name for this worker, and which zygote
@@ -41,8 +48,6 @@ class EpisodeSandbox:
 
     # --- start-up -------------------------------------------------------------------------
     def _await_ready(self, timeout_s: float) -> None:
-        from fathom.env_server.sandbox.api import SandboxError
-
         try:
             msg = self._recv(time.monotonic() + timeout_s)
         except (_Deadline, wire.WireError, OSError) as e:
@@ -69,7 +74,7 @@ class EpisodeSandbox:
             self._sock.settimeout(None)
         return msg
 
-    def run(self, code: str) -> "RunResult":
+    def run(self, code: str) -> RunResult:
         """Run `code` in the episode's namespace; never raises for what the code does."""
         t0 = time.monotonic()
         with self._lock:
@@ -80,9 +85,7 @@ class EpisodeSandbox:
             self.final_answer = res.final_answer
         return res
 
-    def _run_locked(self, code: str, t0: float) -> "RunResult":
-        from fathom.env_server.sandbox.api import RunResult
-
+    def _run_locked(self, code: str, t0: float) -> RunResult:
         cfg = self._pool.cfg
         if self._closed:
             return RunResult(error="this episode's sandbox is closed; start a new episode", killed_reason="dead")
@@ -132,7 +135,7 @@ class EpisodeSandbox:
             reply = {"ok": False, "error": "llm() is not available in this episode (no model is attached)"}
         else:
             try:
-                results = self._llm(prompts)
+                results = self._llm([valid_utf8(p) for p in prompts])
                 if not isinstance(results, list) or len(results) != len(prompts):
                     raise RuntimeError(f"handler returned {type(results).__name__} of the wrong length")
                 reply = {"ok": True, "results": [str(r) for r in results]}
@@ -209,18 +212,15 @@ def _describe(reason: str) -> str:
     }.get(reason, reason)
 
 
-def _result_from(msg: dict[str, Any], cap: int) -> "RunResult":
-    from fathom.env_server.sandbox.api import RunResult
-
-    def text(key: str) -> str:
+def _result_from(msg: dict[str, Any], cap: int) -> RunResult:
+    # Every text the worker returns is made valid UTF-8 here, the one place results enter the host.
+    def text(key: str) -> str | None:
         v = msg.get(key)
-        return v[:cap] if isinstance(v, str) else ""
+        return valid_utf8(v[:cap]) if isinstance(v, str) else None
 
-    err = msg.get("error")
-    final = msg.get("final_answer")
     calls = msg.get("llm_calls")
     return RunResult(
-        stdout=text("stdout"), stderr=text("stderr"), error=err[:cap] if isinstance(err, str) else None,
-        truncated=bool(msg.get("truncated")), final_answer=final[:cap] if isinstance(final, str) else None,
+        stdout=text("stdout") or "", stderr=text("stderr") or "", error=text("error"),
+        truncated=bool(msg.get("truncated")), final_answer=text("final_answer"),
         llm_calls=calls if isinstance(calls, int) else 0,
     )

@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from fastapi import FastAPI, Query
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import HTTPEnvServer
 
 from fathom.config import FathomConfig
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server.environment import RLMEnvironment
+from fathom.env_server.server.errors import EnvServerError, status_of
 from fathom.env_server.server.runtime import Runtime
 from fathom.protocol import EpisodeRequest, EpisodeResult
 
@@ -39,6 +41,14 @@ def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | 
         description="OpenEnv RLM environment and episode runner. Episodes: POST /episodes, GET /episodes/{id}.",
     )
     app.state.runtime = rt
+
+    # Domain code raises EnvServerError; this is the one place it becomes an HTTP status. The body
+    # keeps FastAPI's {"detail": ...} shape. (Over /ws, OpenEnv sends the message as the error.)
+    async def domain_error(_request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, EnvServerError)
+        return JSONResponse({"detail": str(e)}, status_code=status_of(e))
+
+    app.add_exception_handler(EnvServerError, domain_error)
     server = _RLMServer(
         functools.partial(RLMEnvironment, rt),
         RLMAction,

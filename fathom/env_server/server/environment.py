@@ -13,15 +13,15 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from fastapi import HTTPException
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server import prompts
-from fathom.env_server.server.episodes import resolve_limits
-from fathom.env_server.server.harness import Current, Harness, Tally, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
+from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
+from fathom.env_server.server.errors import Conflict, InvalidRequest, Unavailable
+from fathom.env_server.server.harness import Current, Unscorable
+from fathom.env_server.server.llm_bridge import ProxyClient
 from fathom.env_server.server.step_episodes import StepEpisode
 from fathom.protocol import EpisodeLimits, TurnStat
 
@@ -54,7 +54,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RLMObservation:
         unknown = sorted(set(kwargs) - set(_RESET_FIELDS))
         if unknown:
-            raise HTTPException(422, f"unknown reset field(s) {unknown}; accepted: {', '.join(_RESET_FIELDS)}")
+            raise InvalidRequest(f"unknown reset field(s) {unknown}; accepted: {', '.join(_RESET_FIELDS)}")
         cfg = self.rt.cfg.env_server
         task_id, family, length = kwargs.get("task_id"), kwargs.get("family"), kwargs.get("length")
         loop = asyncio.get_running_loop()
@@ -68,17 +68,15 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             proxy = ProxyClient(self.rt.http, url, kwargs["session_id"], cfg.proxy_timeout_s)
         max_turns = kwargs.get("max_turns")
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
-            raise HTTPException(422, f"max_turns must be a positive integer, got {max_turns!r}")
+            raise InvalidRequest(f"max_turns must be a positive integer, got {max_turns!r}")
         limits = resolve_limits(cfg, EpisodeLimits(max_turns=max_turns))
-        tally = Tally(limits=limits, deadline=float("inf"))
-        harness = Harness(cfg=cfg, pool=self.rt.pool, executor=self.rt.executor_for,
-                          output_cap=self.rt.cfg.sandbox.output_cap_chars, proxy=proxy, tally=tally,
-                          tokens=self.rt.tokens)
+        # The same set-up as /episodes, wall clock included: it starts now and bounds every step.
+        harness = build_harness(self.rt, limits, proxy)
         cur = Current()
         try:
             sandbox = await harness.new_sandbox(task.context, 0, cur)
         except Unscorable as e:
-            raise HTTPException(503, str(e)) from None
+            raise Unavailable(f"{e}; retry later") from None
         ep = StepEpisode(episode_id or uuid.uuid4().hex, task, sandbox, harness, cur, limits.max_turns)
         if self.session_owned:
             if self._ep is not None:
@@ -106,9 +104,9 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         if self._ep is not None:
             return self._ep
         if self.session_owned:
-            raise HTTPException(409, "no episode in this session: call reset first")
-        raise HTTPException(
-            422, "episode_id is required: HTTP /step is stateless, so pass the episode_id /reset returned "
+            raise Conflict("no episode in this session: call reset first")
+        raise InvalidRequest(
+            "episode_id is required: HTTP /step is stateless, so pass the episode_id /reset returned "
             "(or use the /ws session)"
         )
 
@@ -118,14 +116,22 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         ep = self._episode(episode_id)
         async with ep.lock:
             if ep.done:
-                raise HTTPException(409, f"episode {ep.episode_id!r} is done ({ep.stop_reason}); reset to start another")
+                raise Conflict(f"episode {ep.episode_id!r} is done ({ep.stop_reason}); reset to start another")
             ep.last_used = time.monotonic()
+            obs = RLMObservation(episode_id=ep.episode_id, task_id=ep.task.id, turn=ep.turn, max_turns=ep.max_turns)
+            tally = ep.harness.tally
+            if tally.remaining_s() <= 0:
+                return await self._finish(ep, obs, "timeout")
             turn = TurnStat(index=ep.turn, call_id=action.parent_call_id)
             ep.cur.turn = turn
             ep.turn += 1
-            obs = RLMObservation(episode_id=ep.episode_id, task_id=ep.task.id, turn=ep.turn, max_turns=ep.max_turns)
+            obs.turn = ep.turn
             try:
-                res = await ep.harness.run_code(ep.sandbox, action.code, turn)
+                res = await asyncio.wait_for(ep.harness.run_code(ep.sandbox, action.code, turn),
+                                             timeout=tally.remaining_s())
+            except asyncio.TimeoutError:
+                obs.error = f"the episode's wall clock ({tally.limits.wall_clock_s:g} s, env_server.wall_clock_s) ran out"
+                return await self._finish(ep, obs, "timeout")
             except Unscorable as e:
                 ep.done, ep.stop_reason = True, "error"
                 ep.close_soon()
@@ -136,40 +142,25 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             obs.killed_reason, obs.llm_calls, obs.final_answer = res.killed_reason, len(turn.subcalls), res.final_answer
             obs.sandbox_ms = turn.sandbox_ms
             if res.final_answer is not None:
-                ep.done, ep.stop_reason, ep.answer = True, "final", res.final_answer
-                ep.harness.tally.final_calls += 1
-            elif ep.turn >= ep.max_turns:
-                ep.done, ep.stop_reason = True, "max_turns"
-            if ep.done:
-                ep.close_soon()
-                await self._verify(ep, obs)
-            obs.done, obs.stop_reason = ep.done, ep.stop_reason
+                ep.answer = res.final_answer
+                tally.final_calls += 1
+                return await self._finish(ep, obs, "final")
+            if ep.turn >= ep.max_turns:
+                return await self._finish(ep, obs, "max_turns")
             return obs
 
-    async def _verify(self, ep: StepEpisode, obs: RLMObservation) -> None:
-        from fathom import tasks
-
-        tally = ep.harness.tally
-        total_tokens = tally.tokens
-        if ep.harness.proxy is not None:
-            try:
-                total_tokens = (await ep.harness.proxy.session_info()).total_tokens
-            except ProxyError as e:
-                ep.stop_reason, obs.error = "error", f"could not read the capture session: {e}"
-                return
-        loop = asyncio.get_running_loop()
-        try:
-            comps = await loop.run_in_executor(
-                self.rt.executor,
-                lambda: tasks.score(ep.task, ep.answer, via_final=ep.answer is not None, total_tokens=total_tokens,
-                                    llm_calls=tally.subcalls, final_calls=tally.final_calls,
-                                    cfg=self.rt.cfg.tasks.reward),
-            )
-        except Exception as e:  # a broken verifier is unscorable, not 0
-            ep.stop_reason, obs.error = "error", f"verifier failed: {e!r}"
-            return
-        ep.components = comps
-        obs.reward, obs.reward_components = comps.total, comps.model_dump()
+    async def _finish(self, ep: StepEpisode, obs: RLMObservation, stop_reason: str) -> RLMObservation:
+        """End the episode: free its sandbox, then score it the way /episodes does."""
+        ep.done, ep.stop_reason = True, stop_reason
+        ep.close_soon()
+        verdict = await verify(self.rt, ep.task, ep.answer, via_final=ep.answer is not None, harness=ep.harness)
+        if verdict.components is None:
+            ep.stop_reason, obs.error = "error", verdict.error
+        else:
+            ep.components = verdict.components
+            obs.reward, obs.reward_components = verdict.components.total, verdict.components.model_dump()
+        obs.done, obs.stop_reason = True, ep.stop_reason
+        return obs
 
     def step(self, action: RLMAction, timeout_s: float | None = None, **kwargs: Any) -> RLMObservation:
         raise NotImplementedError("RLMEnvironment is async: the OpenEnv server calls step_async")

@@ -14,11 +14,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fastapi import HTTPException
-
-from fathom.env_server.server.harness import Harness, Limits, LoopOutcome, Tally, Unscorable
+from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
+from fathom.env_server.server.errors import Conflict, InvalidRequest, NotFound
+from fathom.env_server.server.harness import LoopOutcome, Unscorable
 from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
-from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, SessionCreate
+from fathom.protocol import EpisodeRequest, EpisodeResult, SessionCreate
 
 if TYPE_CHECKING:
     from fathom.env_server.server.runtime import Runtime
@@ -26,38 +26,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def resolve_limits(cfg: Any, req: EpisodeLimits, max_turns_default: int | None = None) -> Limits:
-    return Limits(
-        max_turns=req.max_turns or max_turns_default or cfg.max_turns,
-        max_depth=cfg.max_depth if req.max_depth is None else req.max_depth,
-        max_subcalls=cfg.max_subcalls if req.max_subcalls is None else req.max_subcalls,
-        max_tokens=req.max_tokens or cfg.max_tokens,
-        wall_clock_s=req.wall_clock_s or cfg.wall_clock_s,
-    )
-
-
 def load_task(task_id: str | None, family: str | None, seed: int | None, length: int | None) -> Any:
-    """Task by id, or by family + seed + length. Unknown -> 404, under-specified -> 422 (both name the input)."""
+    """Task by id, or by family + seed + length. Unknown -> NotFound, under-specified -> InvalidRequest."""
     from fathom import tasks
 
     if task_id is not None:
         if family is not None or seed is not None or length is not None:
-            raise HTTPException(422, "give either task_id, or family + seed + length, not both")
+            raise InvalidRequest("give either task_id, or family + seed + length, not both")
         try:
             return tasks.get_task(task_id)
         except KeyError as e:  # tasks' message names the id and the expected form
-            raise HTTPException(404, str(e.args[0]) if e.args else f"unknown task id {task_id!r}") from None
+            raise NotFound(str(e.args[0]) if e.args else f"unknown task id {task_id!r}") from None
     missing = [n for n, v in (("family", family), ("seed", seed), ("length", length)) if v is None]
     if missing:
-        raise HTTPException(
-            422, f"no task named: give task_id, or family + seed + length (missing: {', '.join(missing)})"
-        )
+        raise InvalidRequest(f"no task named: give task_id, or family + seed + length (missing: {', '.join(missing)})")
     if family not in tasks.FAMILIES:
-        raise HTTPException(404, f"unknown task family {family!r}; choose one of {', '.join(tasks.FAMILIES)}")
+        raise NotFound(f"unknown task family {family!r}; choose one of {', '.join(tasks.FAMILIES)}")
     try:
         return tasks.generate(family, seed, length)
     except ValueError as e:
-        raise HTTPException(422, f"cannot generate task family={family!r} seed={seed} length={length}: {e}") from None
+        raise InvalidRequest(f"cannot generate task family={family!r} seed={seed} length={length}: {e}") from None
 
 
 @dataclass
@@ -84,10 +72,10 @@ class EpisodeManager:
         episode_id = req.episode_id or uuid.uuid4().hex
         cap = self.rt.depth_cap
         if req.limits.max_depth is not None and req.limits.max_depth > cap:
-            raise HTTPException(422, f"limits.max_depth {req.limits.max_depth} exceeds this server's cap {cap} "
-                                     "(max(env_server.max_depth, env_server.demo_max_depth)); lower it")
+            raise InvalidRequest(f"limits.max_depth {req.limits.max_depth} exceeds this server's cap {cap} "
+                                 "(max(env_server.max_depth, env_server.demo_max_depth)); lower it")
         if episode_id in self.entries:
-            raise HTTPException(409, f"episode id {episode_id!r} already exists; choose a new episode_id")
+            raise Conflict(f"episode id {episode_id!r} already exists; choose a new episode_id")
         loop = asyncio.get_running_loop()
         # Resolve before answering so an unknown task is a 404 on this request, not a failed episode later.
         task = await loop.run_in_executor(self.rt.executor, self.rt.load_task, req.task_id, req.family, req.seed,
@@ -101,7 +89,7 @@ class EpisodeManager:
     async def get(self, episode_id: str, wait_s: float = 0.0) -> EpisodeResult:
         entry = self.entries.get(episode_id)
         if entry is None:
-            raise HTTPException(404, f"unknown episode id {episode_id!r}; start one with POST /episodes")
+            raise NotFound(f"unknown episode id {episode_id!r}; start one with POST /episodes")
         if wait_s > 0 and not entry.done.is_set():
             try:
                 await asyncio.wait_for(entry.done.wait(), wait_s)
@@ -133,7 +121,6 @@ class EpisodeManager:
         rt, cfg = self.rt, self.rt.cfg.env_server
         limits = resolve_limits(cfg, req.limits)
         url = req.proxy_url or rt.default_proxy_url
-        tally = Tally(limits=limits, deadline=time.monotonic() + limits.wall_clock_s)
         try:
             if req.session_id:
                 proxy = ProxyClient(rt.http, url, req.session_id, cfg.proxy_timeout_s)
@@ -146,13 +133,13 @@ class EpisodeManager:
         except ProxyError as e:
             res.status, res.stop_reason, res.error = "error", "error", f"could not open a capture session: {e}"
             return
-        harness = Harness(cfg=cfg, pool=rt.pool, executor=rt.executor_for, output_cap=rt.cfg.sandbox.output_cap_chars,
-                          proxy=proxy, tally=tally, sampling=req.sampling, tokens=rt.tokens)
+        harness = build_harness(rt, limits, proxy, req.sampling)
+        tally = harness.tally
         try:
             out = await asyncio.wait_for(
                 harness.run_loop(task.question, task.context, depth=0, parent=None,
                                  max_turns=limits.max_turns, turns=res.turns),
-                timeout=limits.wall_clock_s,
+                timeout=max(tally.remaining_s(), 0.0),
             )
         except asyncio.TimeoutError:
             out = LoopOutcome(None, False, "timeout")
@@ -161,26 +148,9 @@ class EpisodeManager:
             res.llm_calls, res.total_tokens = tally.subcalls, tally.tokens
             return
         res.answer, res.stop_reason, res.llm_calls = out.answer, out.stop_reason, tally.subcalls
-        try:
-            info = await proxy.session_info()
-            res.total_tokens = info.total_tokens
-        except ProxyError as e:
-            res.status, res.error, res.reward, res.total_tokens = "error", f"could not read the session: {e}", None, tally.tokens
+        verdict = await verify(rt, task, out.answer, via_final=out.via_final, harness=harness)
+        res.total_tokens = verdict.total_tokens
+        if verdict.components is None:
+            res.status, res.error, res.reward = "error", verdict.error, None
             return
-        await self.verify(task, out, tally, res)
-
-    async def verify(self, task: Any, out: LoopOutcome, tally: Tally, res: EpisodeResult) -> None:
-        from fathom import tasks
-
-        loop = asyncio.get_running_loop()
-        try:
-            comps = await loop.run_in_executor(
-                self.rt.executor,
-                lambda: tasks.score(task, out.answer, via_final=out.via_final, total_tokens=res.total_tokens,
-                                    llm_calls=tally.subcalls, final_calls=tally.final_calls,
-                                    cfg=self.rt.cfg.tasks.reward),
-            )
-        except Exception as e:  # a broken verifier must not turn into a 0
-            res.status, res.error, res.reward = "error", f"verifier failed: {e!r}", None
-            return
-        res.reward_components, res.reward, res.status = comps, comps.total, "done"
+        res.reward_components, res.reward, res.status = verdict.components, verdict.components.total, "done"

@@ -7,8 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import HTTPException
-
+from fathom.env_server.server.errors import Conflict, NotFound, Unavailable
 from fathom.env_server.server.harness import Current, Harness
 from fathom.protocol import RewardComponents
 
@@ -60,16 +59,16 @@ class StepStore:
         live = sum(1 for e in self.episodes.values() if not e.done)
         if live >= self.capacity:
             ep.close_soon()
-            raise HTTPException(503, f"{live} HTTP episodes are running (env_server.max_concurrent_envs); retry later")
+            raise Unavailable(f"{live} HTTP episodes are running (env_server.max_concurrent_envs); retry later")
         if ep.episode_id in self.episodes:
             ep.close_soon()
-            raise HTTPException(409, f"episode id {ep.episode_id!r} already exists; reset with a new episode_id")
+            raise Conflict(f"episode id {ep.episode_id!r} already exists; reset with a new episode_id")
         self.episodes[ep.episode_id] = ep
 
     def get(self, episode_id: str) -> StepEpisode:
         ep = self.episodes.get(episode_id)
         if ep is None:
-            raise HTTPException(404, f"unknown episode id {episode_id!r}; start one with /reset")
+            raise NotFound(f"unknown episode id {episode_id!r}; start one with /reset")
         return ep
 
     def close(self) -> None:

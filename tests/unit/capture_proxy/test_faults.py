@@ -89,3 +89,23 @@ def test_pinned_adapter_gone_after_restart_is_a_clear_502(proxy, engine):
     fake.adapters = []  # a restarted engine forgets runtime-loaded adapters
     r = proxy.chat(sid, USER)
     assert r.status_code == 502 and "trl-policy-v1" in r.json()["error"]["message"]
+
+
+def test_os_error_from_the_upstream_is_a_502_and_a_failed_record(proxy, engine, monkeypatch):
+    """An OSError that is not a ConnectionError used to escape as a raw 500, leaving the record pending."""
+    import asyncio
+    import errno
+
+    sid = proxy.open()["session_id"]
+
+    async def broken_read(self, n=-1):  # only the proxy's upstream client reads through StreamReader
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(asyncio.StreamReader, "read", broken_read)
+    monkeypatch.setattr(asyncio.StreamReader, "readline", broken_read)
+    r = proxy.chat(sid, USER)
+    monkeypatch.undo()
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_unavailable"
+    calls = _calls(proxy, sid)
+    assert calls["calls"][0]["status"] == "failed" and "Input/output error" in calls["calls"][0]["error"]
+    assert proxy.chat(sid, USER).status_code == 200

@@ -6,7 +6,9 @@ tests/integration/test_env_server.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 
 import pytest
 from fastapi.testclient import TestClient
@@ -76,11 +78,43 @@ def test_episode_error_table(app_client, monkeypatch):
 
 
 def test_wall_clock_limit_stops_with_timeout(app_client):
-    client, fp, _ = app_client(lambda m: "```repl\nprint(1)\n```", delay_s=0.3)
-    res = episode(client, {"task_id": TASK, "session_id": "s", "limits": {"wall_clock_s": 0.5, "max_turns": 8}})
+    """The first model call answers; the second never does, so only the wall clock can end the
+    episode, after exactly one turn, however fast or loaded the machine is."""
+    client, _, _ = app_client()
+    never = asyncio.Event()
+
+    class HangsAfterFirstCall(FakeProxy):
+        async def handle(self, request):
+            if request.url.path.endswith("/chat/completions") and self.calls:
+                await never.wait()
+            return await super().handle(request)
+
+    client.app.state.runtime.http = HangsAfterFirstCall(lambda m: "```repl\nprint(1)\n```").client()
+    res = episode(client, {"task_id": TASK, "session_id": "s", "limits": {"wall_clock_s": 1.0, "max_turns": 8}})
     assert res["status"] == "done" and res["stop_reason"] == "timeout" and res["answer"] is None
     assert res["reward"] is not None and not res["reward_components"]["correct"]
-    assert 1 <= len(res["turns"]) <= 2
+    assert len(res["turns"]) == 1
+
+
+def test_step_mode_has_the_same_wall_clock(app_client):
+    """A step that runs past env_server.wall_clock_s ends the episode with stop_reason timeout, scored."""
+    client, _, pool = app_client(overrides=("--env_server.wall_clock_s", "1.0"))
+    gate = threading.Event()
+    assert client.post("/reset", json={"task_id": TASK, "episode_id": "w1", "max_turns": 5}).status_code == 200
+    pool.episodes[-1].ns["gate"] = gate
+    backstop = threading.Timer(20.0, gate.set)  # without a wall clock the step would never return
+    backstop.start()
+    try:
+        r = client.post("/step", json={"action": {"code": "gate.wait()"}, "episode_id": "w1"})
+    finally:
+        gate.set()
+        backstop.cancel()
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["done"] and body["observation"]["stop_reason"] == "timeout" and body["reward"] is not None
+    assert "wall clock" in body["observation"]["error"] and pool.episodes[-1].closed
+    r = client.post("/step", json={"action": {"code": "x = 1"}, "episode_id": "w1"})
+    assert r.status_code == 409 and "timeout" in r.json()["detail"]
 
 
 def test_open_session_when_none_given(app_client):
@@ -109,7 +143,7 @@ def test_openenv_websocket_session(app_client):
         assert step["done"] and step["reward"] > 0.5 and step["observation"]["final_answer"]
         ws.send_text(json.dumps({"type": "step", "data": {"code": "x = 2"}}))
         err = json.loads(ws.receive_text())
-        assert err["type"] == "error" and "409" in err["data"]["message"]
+        assert err["type"] == "error" and "is done (final)" in err["data"]["message"]
         ws.send_text(json.dumps({"type": "state"}))
         state = json.loads(ws.receive_text())["data"]
         assert state["done"] and state["step_count"] == 2 and state["stop_reason"] == "final"

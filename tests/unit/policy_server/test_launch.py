@@ -6,13 +6,14 @@ import json
 import os
 import socket
 import stat
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from fathom.config import load_config
-from fathom.policy_server.launch import REPO_ROOT, PolicyServer, PolicyServerError, build_command
+from fathom.policy_server.launch import REPO_ROOT, PolicyServer, PolicyServerError, build_command, detect_device
 from tests.ports import free_port
 
 
@@ -38,7 +39,44 @@ def test_cpu_command_has_what_the_pipeline_needs():
     assert "--enable-lora --max-lora-rank 16 --max-loras 4" in joined
     assert "--enforce-eager" in argv
     assert "--weight-transfer-config" not in argv
-    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1" and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"  # loopback unless configured otherwise
+    # Adapter sync needs runtime LoRA updating, not dev mode (which would expose /collective_rpc).
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1" and "VLLM_SERVER_DEV_MODE" not in env
+
+
+def test_dev_mode_only_when_the_weight_sync_needs_it():
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.weight_sync", "merged")
+    _, env = build_command(cfg.policy_server, cfg.model, "/m")
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    for setting, want in (("on", True), ("off", False)):
+        cfg = _cfg("--policy_server.device", "cpu", "--policy_server.dev_mode", setting)
+        assert ("VLLM_SERVER_DEV_MODE" in build_command(cfg.policy_server, cfg.model, "/m")[1]) is want
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.host", "0.0.0.0")
+    argv, _ = build_command(cfg.policy_server, cfg.model, "/m")
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
+def test_cuda_is_detected_by_torch_not_by_nvidia_smi(monkeypatch, tmp_path):
+    import torch
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nexit 0\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert detect_device("auto") == "cpu"  # a driver tool on PATH is not a usable GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert detect_device("auto") == "cuda"
+
+
+def test_cuda_launches_with_a_venv_interpreter_not_bare_python(tmp_path):
+    cfg = _cfg("--policy_server.device", "cuda", "--policy_server.vllm_python", str(tmp_path / "absent" / "python"))
+    argv, env = build_command(cfg.policy_server, cfg.model, "/m")
+    assert argv[0] == sys.executable and os.path.isabs(argv[0])
+    venv = tmp_path / "venv-python"
+    venv.write_text("")
+    cfg = _cfg("--policy_server.device", "cuda", "--policy_server.vllm_python", str(venv))
+    assert build_command(cfg.policy_server, cfg.model, "/m")[0][0] == str(venv)
 
 
 def test_gpu_merged_sync_adds_nccl_weight_transfer():

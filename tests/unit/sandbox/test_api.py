@@ -180,6 +180,21 @@ def test_context_with_lone_surrogate_round_trips(pool):
     ep = pool.new_episode("a\ud800b")
     try:
         res = ep.run("print(len(context), context[0], context[2])\nFINAL(context)")
-        assert res.stdout == "3 a b\n" and res.final_answer == "a\ud800b"
+        # Inside, the context is exactly what was sent; what comes back out is valid UTF-8.
+        assert res.stdout == "3 a b\n" and res.final_answer == "a\ufffdb"
     finally:
         ep.close()
+
+
+def test_every_text_the_sandbox_returns_is_valid_utf8(pool):
+    seen: list[str] = []
+    ep = pool.new_episode("", llm_handler=lambda ps: seen.extend(ps) or ["ok"] * len(ps))
+    try:
+        res = ep.run("print(chr(0xD800))\nllm('q' + chr(0xDC80))\nFINAL('a' + chr(0xD83D) + chr(0xDE00) + chr(0xD800))")
+        err = ep.run("raise ValueError(chr(0xDBFF))")
+    finally:
+        ep.close()
+    for text in (res.stdout, res.final_answer, err.error, res.output(), err.output(), *seen):
+        text.encode("utf-8")  # raises on a lone surrogate
+    assert res.stdout == "\ufffd\n" and seen == ["q\ufffd"]
+    assert res.final_answer == "a\U0001F600\ufffd" and "\ufffd" in err.error

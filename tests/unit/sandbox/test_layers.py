@@ -15,6 +15,7 @@ import pytest
 
 from fathom.env_server.sandbox import detect_layers
 from fathom.env_server.sandbox.layers import _bwrap_binds, bwrap_argv
+from tests.sandbox_layers import need, required, shipped_required_layers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 LAYERS = detect_layers()
@@ -30,6 +31,15 @@ def test_detect_layers_shape():
 def test_pool_applies_every_detected_layer(pool):
     offered = {n for n, v in LAYERS.items() if v["available"]}
     assert offered <= set(pool.effective_layers)
+
+
+def test_test_pool_requires_the_shipped_layers(pool):
+    shipped = shipped_required_layers()
+    assert shipped and "seccomp" in shipped and "landlock" in shipped  # what configs/*.toml ship
+    if required():
+        assert pool.cfg.required_layers == shipped
+    _need(*shipped, "bwrap")  # set-up installs bubblewrap for real under the switch
+    assert set(shipped) <= set(pool.effective_layers)
 
 
 _ATTACKS = textwrap.dedent(
@@ -95,9 +105,7 @@ def _raw_attack(tmp_path, layers: list[str]) -> tuple[dict[str, str], str]:
 
 
 def _need(*names: str) -> None:
-    missing = [n for n in names if not LAYERS[n]["available"]]
-    if missing:
-        pytest.skip(f"layer(s) {missing} not available here: {[LAYERS[n]['detail'] for n in missing]}")
+    need(LAYERS, *names)
 
 
 def test_raw_python_under_worker_layers_is_contained(tmp_path):
@@ -160,3 +168,15 @@ def test_bwrap_hides_host_files_network_and_processes(tmp_path):
     assert out["package_rest"] is False and os.path.exists(os.path.join(ROOT, "fathom", "tasks", "__init__.py"))
     assert out["connect"] != "ESCAPED" and out["write_usr"] != "ESCAPED"
     assert os.getpid() not in out["pids"] and max(out["pids"]) < 10
+
+
+def test_a_missing_layer_fails_under_the_switch_and_skips_without(monkeypatch):
+    from tests.sandbox_layers import SWITCH
+
+    gone = {"bwrap": {"available": False, "detail": "bwrap: not found"}}
+    monkeypatch.setenv(SWITCH, "1")
+    with pytest.raises(pytest.fail.Exception, match="requires them"):
+        need(gone, "bwrap")
+    monkeypatch.delenv(SWITCH)
+    with pytest.raises(pytest.skip.Exception, match="not available here"):
+        need(gone, "bwrap")

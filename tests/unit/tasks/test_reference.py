@@ -54,7 +54,7 @@ def test_unknown_question_is_a_clear_error() -> None:
 
 def test_runs_with_the_sandbox_guards() -> None:
     """Cross-check against the env server's own restricted namespace (in-process, no worker processes)."""
-    guards = pytest.importorskip("fathom.env_server.sandbox.guards")
+    from fathom.env_server.sandbox import guards
     from RestrictedPython import compile_restricted_exec
     from RestrictedPython.PrintCollector import PrintCollector
 
