@@ -1,0 +1,184 @@
+"""`fathom eval` and `fathom eval watch`: held-out evaluation through the env server and proxy.
+
+    fathom eval --adapter runs/smoke/checkpoints/checkpoint-10     # base vs adapter on the test split
+    fathom eval --start --eval.n_tasks 20                          # start vLLM + proxy + env server too
+    fathom eval watch --checkpoints runs/smoke --start             # score each checkpoint as it appears
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, eprint
+
+
+class _EvalGroup(TyperGroup):
+    """`fathom eval [OPTIONS] [OVERRIDES]` runs an eval; `fathom eval watch ...` is the one subcommand.
+
+    A plain group would read the first override (`--eval.split test`) as a subcommand name.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] in self.commands:
+            return super().parse_args(ctx, args)
+        return click.Command.parse_args(self, ctx, args)
+
+
+app = typer.Typer(cls=_EvalGroup, invoke_without_command=True, context_settings=OVERRIDE_SETTINGS,
+                  help="Evaluate a model, or base against adapter, on a task split.")
+
+START_OPTION = typer.Option(False, "--start", help="Start vLLM, the capture proxy and the env server from the config.")
+
+
+def _urls(cfg, stack):
+    if stack is not None:
+        return stack.policy_url, stack.proxy_url, stack.env_url
+    ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
+    return (pc.upstream_url or f"http://{ps.host}:{ps.port}", es.proxy_url or f"http://{pc.host}:{pc.port}",
+            f"http://{es.host}:{es.port}")
+
+
+def _stack(ctx: typer.Context, cfg, config: str, start: bool):
+    if not start:
+        return contextlib.nullcontext(None)
+    from fathom.entrypoints.stack import Stack
+
+    return Stack(cfg, config, list(ctx.args))
+
+
+def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
+    from fathom import tasks as T
+    from fathom.tasks.splits import ManifestError
+
+    T.configure(cfg.tasks)
+    if tasks:
+        return [t.strip() for t in tasks.split(",") if t.strip()]
+    try:
+        ids = T.load_split(cfg.eval.split)
+    except ManifestError as e:
+        die(str(e))
+    return ids[: n or cfg.eval.n_tasks or len(ids)]
+
+
+def resolve_adapter(spec: str, cache: Path) -> Path:
+    """A checkpoint directory, a run directory (its newest complete checkpoint) or a Hub repo id."""
+    from fathom.eval.checkpoints import DirSource, HubSource, adapter_complete
+
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        if adapter_complete(p):
+            return p
+        found = DirSource(p).complete()
+        if found:
+            return found[max(found)]
+        die(f"--adapter {spec!r} holds no complete adapter (adapter_config.json + adapter_model.safetensors) and no "
+            "complete checkpoint-N/ under it; point it at a checkpoint directory or a run directory")
+    if spec.count("/") == 1 and not p.exists():
+        from huggingface_hub import snapshot_download
+
+        local = Path(snapshot_download(spec, local_dir=cache / spec.replace("/", "--"),
+                                       allow_patterns=["adapter_config.json", "adapter_model.safetensors"]))
+        if adapter_complete(local):
+            return local
+        found = HubSource(spec, cache / spec.replace("/", "--")).complete()
+        if found:
+            return found[max(found)]
+        die(f"Hub repo {spec!r} has no adapter at its root and no complete checkpoint-N/ folder")
+    die(f"--adapter {spec!r} is neither a directory nor a Hub repo id (owner/name)")
+
+
+def _progress(n: int):
+    counts: dict[str, list[int]] = {}
+
+    def on_result(label, res) -> None:
+        c = counts.setdefault(label, [0, 0, 0])
+        c[0] += 1
+        if res.status != "done":
+            c[2] += 1
+        elif res.reward_components is not None and res.reward_components.correct:
+            c[1] += 1
+        eprint(f"[{label}] {c[0]}/{n} {res.task_id}: {res.status} stop={res.stop_reason} "
+               f"reward={res.reward} (correct so far {c[1]}, unscorable {c[2]})")
+
+    return on_result
+
+
+@app.callback()
+def eval_(
+    ctx: typer.Context,
+    config: str = CONFIG_OPTION,
+    adapter: str = typer.Option(None, help="LoRA adapter: checkpoint dir, run dir (newest checkpoint) or Hub repo id."),
+    model: str = typer.Option(None, help="Evaluate this already-served model name alone (base or loaded adapter)."),
+    base: bool = typer.Option(True, "--base/--no-base", help="With --adapter, also score the base (paired comparison)."),
+    split: str = typer.Option(None, help="Task split (default: eval.split)."),
+    n: int = typer.Option(None, "--n", help="First N tasks of the split (default: eval.n_tasks, else all)."),
+    tasks: str = typer.Option(None, help="Comma-separated task ids instead of a split."),
+    out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval/{split})."),
+    start: bool = START_OPTION,
+) -> None:
+    """Score pass@1 (bootstrap interval), by family and context length; write results.json, pareto.png, report.html."""
+    if ctx.invoked_subcommand is not None:
+        return
+    cfg = config_from(ctx, config)
+    if split:
+        cfg.eval.split = split
+    from fathom.eval.evaluate import build_results, run_models
+    from fathom.eval.report import write_outputs
+    from fathom.eval.runner import EvalError, EvalTarget
+    from fathom.policy_server.client import PolicyClient, PolicyClientError
+    from fathom.protocol import EpisodeLimits, Sampling
+
+    ids = _task_ids(cfg, tasks, n)
+    out = out or cfg.run_dir / "eval" / (cfg.eval.split if not tasks else "tasks")
+    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
+    limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
+    base_name = cfg.policy_server.served_model_name
+    adapter_path = resolve_adapter(adapter, cfg.run_dir / "eval" / "adapters") if adapter else None
+    loaded = None
+    with _stack(ctx, cfg, config, start) as stack:
+        policy_url, proxy_url, env_url = _urls(cfg, stack)
+        targets = []
+        if model:
+            targets.append(EvalTarget(env_url, proxy_url, model, label=model))
+        if not model and (base or adapter_path is None):
+            targets.append(EvalTarget(env_url, proxy_url, base_name, label="base"))
+        try:
+            with PolicyClient(policy_url) as pc:
+                if adapter_path is not None:
+                    loaded = f"{cfg.eval.adapter_name_prefix}{int(time.time())}"
+                    pc.load_adapter(loaded, str(adapter_path))
+                    targets.append(EvalTarget(env_url, proxy_url, loaded, label="adapter"))
+                try:
+                    eprint(f"evaluating {', '.join(t.label for t in targets)} on {len(ids)} tasks of {cfg.eval.split}")
+                    t0 = time.monotonic()
+                    episodes = run_models(targets, ids, sampling=sampling, limits=limits, concurrency=cfg.eval.concurrency,
+                                          timeout_s=cfg.eval.episode_timeout_s, on_result=_progress(len(ids)))
+                finally:
+                    if loaded:
+                        pc.unload_adapter(loaded)
+        except (EvalError, PolicyClientError) as e:
+            die(str(e))
+    results = build_results(episodes, targets=targets, split=cfg.eval.split if not tasks else "tasks", task_ids=ids,
+                            sampling=sampling, limits=limits, max_model_len=cfg.model.max_model_len,
+                            bootstrap=cfg.eval.bootstrap, confidence=cfg.eval.confidence, seed=cfg.eval.seed)
+    results["wall_s"] = time.monotonic() - t0
+    if adapter_path is not None:
+        results["models"]["adapter"]["adapter_path"] = str(adapter_path)
+    paths = write_outputs(results, episodes, out, report_episodes=cfg.eval.report_episodes)
+    for label, m in results["models"].items():
+        p = m["summary"]["pass@1"]
+        rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
+        print(f"{label}: pass@1 {rate} over {p['n']} scorable ({m['summary']['unscorable']} unscorable); "
+              f"{m['summary']['tokens']['mean_total'] or 0:.0f} tokens/episode")
+    c = results["comparison"]
+    if c and c["delta"] is not None:
+        print(f"paired: both {c['both']}, only base {c['only_base']}, only adapter {c['only_adapter']}, "
+              f"neither {c['neither']}; delta {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]")
+    for k, p in paths.items():
+        print(f"{k}: {p}")
