@@ -40,6 +40,12 @@ $(STAMPS)/system:
 	  echo "warning: could not install bubblewrap; the sandbox runs without that layer (see fathom doctor)"
 	ldconfig -p | grep -q libseccomp.so.2 || (apt-get update -qq && apt-get install -y -qq libseccomp2) || \
 	  echo "warning: could not install libseccomp2; the sandbox runs without the seccomp layer (see fathom doctor)"
+	# The eval report's browser test drives Debian's chromium through Playwright (never `playwright install`);
+	# shellcheck checks run_eval_watch.sh.
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || \
+	  echo "warning: could not install chromium; the eval report's browser test will be skipped"
+	command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck) || \
+	  echo "warning: could not install shellcheck; the run_eval_watch.sh lint test will be skipped"
 	touch $@
 
 demo: setup
