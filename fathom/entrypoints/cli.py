@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints import (config_cmd, demo_cmd, doctor_cmd, env_cmd, eval_cmd, eval_watch_cmd, model_cmd, policy_cmd,
-                                proxy_cmd, tasks_cmd)
+from fathom.entrypoints import (
+    config_cmd, demo_cmd, doctor_cmd, env_cmd, eval_cmd, eval_watch_cmd, export_cmd, model_cmd, policy_cmd, proxy_cmd,
+    tasks_cmd,
+)
 
 app = typer.Typer(
     name="fathom",
@@ -28,6 +30,7 @@ eval_cmd.app.command("watch", context_settings=eval_cmd.OVERRIDE_SETTINGS)(eval_
 app.add_typer(eval_cmd.app, name="eval")
 app.command("doctor")(doctor_cmd.doctor)
 app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
+app.command("export")(export_cmd.export)
 
 
 if __name__ == "__main__":
