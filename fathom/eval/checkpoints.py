@@ -55,17 +55,18 @@ class DirSource:
     """`<dir>/checkpoint-N/` on a local disk or a mounted bucket; a run directory means its `checkpoints/`."""
 
     def __init__(self, root: str | Path):
-        root = Path(root)
-        self.root = root / "checkpoints" if (root / "checkpoints").is_dir() or (root / "config.resolved.json").is_file() else root
+        self.root = Path(root)
 
     def describe(self) -> str:
         return str(self.root)
 
     def complete(self) -> dict[int, Path]:
-        if not self.root.is_dir():
+        # Looked up on every poll: the trainer may create `checkpoints/` after the watcher started.
+        root = self.root / "checkpoints" if (self.root / "checkpoints").is_dir() else self.root
+        if not root.is_dir():
             return {}  # the trainer has not written its first checkpoint yet
         out = {}
-        for d in self.root.iterdir():
+        for d in root.iterdir():
             m = CHECKPOINT.fullmatch(d.name)  # `checkpoint-5.tmp` and the like are still being written
             if m and d.is_dir() and adapter_complete(d):
                 out[int(m.group(1))] = d
@@ -100,10 +101,8 @@ class HubSource:
 
 
 def source_for(spec: str, cache: str | Path) -> CheckpointSource:
-    """A local directory, or `hf://owner/repo` (also a bare `owner/repo` that is not a local path)."""
+    """`hf://owner/repo` is a Hub repo; anything else a local directory (it may not exist yet: the
+    trainer creates it with its first checkpoint)."""
     if spec.startswith("hf://"):
         return HubSource(spec[5:], cache)
-    p = Path(spec)
-    if p.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
-        return DirSource(p.expanduser())
-    return HubSource(spec, cache)
+    return DirSource(Path(spec).expanduser())

@@ -37,6 +37,12 @@ def test_dir_source_sees_only_complete_named_checkpoints(tmp_path):
     write_adapter(ck / "checkpoint-15.tmp")               # being written, before the rename
     (ck / "checkpoint-20").mkdir()                        # empty
     assert set(DirSource(tmp_path / "run").complete()) == {5}
+    assert set(DirSource(ck).complete()) == {5}
+    late = DirSource(tmp_path / "late-run")  # watcher started before the trainer made its run dir
+    assert late.complete() == {}
+    write_adapter(tmp_path / "late-run" / "checkpoints" / "checkpoint-1")
+    assert set(late.complete()) == {1}
+    assert isinstance(source_for("runs/not-yet", tmp_path), DirSource)
     assert isinstance(source_for(str(tmp_path / "run"), tmp_path), DirSource)
     assert source_for("hf://me/adapters", tmp_path).describe() == "hf://me/adapters"
 
