@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from fathom.entrypoints import (
-    config_cmd, demo_cmd, doctor_cmd, env_cmd, eval_cmd, eval_watch_cmd, export_cmd, model_cmd, policy_cmd, proxy_cmd,
+    ask_cmd, config_cmd, demo_cmd, doctor_cmd, env_cmd, eval_cmd, eval_watch_cmd, export_cmd, model_cmd, policy_cmd, proxy_cmd,
     tasks_cmd,
 )
 
@@ -31,6 +31,7 @@ app.add_typer(eval_cmd.app, name="eval")
 app.command("doctor")(doctor_cmd.doctor)
 app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
 app.command("export")(export_cmd.export)
+app.command("ask", context_settings=eval_cmd.OVERRIDE_SETTINGS)(ask_cmd.ask)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,14 @@ import httpx
 from fathom.config import FathomConfig
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class StackError(RuntimeError):
     """A server of the stack did not come up; the message names it and holds its log tail."""
 
