@@ -64,20 +64,23 @@ class EvalRunner:
             sid = self._open(proxy, "preflight")
             proxy.delete(f"/sessions/{sid}")
 
-    def run_one(self, task_id: str) -> EpisodeResult:
+    def run_one(self, task_id: str, proxy: httpx.Client | None = None, env: EpisodeClient | None = None) -> EpisodeResult:
         """One episode; any infrastructure failure comes back as an unscorable result, never raised."""
-        eid = f"eval-{self.run_id}-{self.t.label}-{task_id}"
+        if proxy is None or env is None:
+            with httpx.Client(base_url=self.t.proxy_url, timeout=30) as p, EpisodeClient(self.t.env_url) as e:
+                return self.run_one(task_id, p, e)
+        # Unique per call: a runner reused (the watcher, a benchmark's rounds) must not collide with its earlier ids.
+        eid = f"eval-{self.run_id}-{self.t.label}-{task_id}-{uuid.uuid4().hex[:6]}"
         sid = None
         try:
-            with httpx.Client(base_url=self.t.proxy_url, timeout=30) as proxy, EpisodeClient(self.t.env_url) as env:
-                sid = self._open(proxy, task_id)
-                try:
-                    req = EpisodeRequest(episode_id=eid, task_id=task_id, session_id=sid, proxy_url=self.t.proxy_url,
-                                         limits=self.limits, sampling=self.sampling,
-                                         metadata={"eval": self.run_id, "label": self.t.label})
-                    res = env.run(req, timeout_s=self.timeout_s)
-                finally:
-                    proxy.delete(f"/sessions/{sid}")
+            sid = self._open(proxy, task_id)
+            try:
+                req = EpisodeRequest(episode_id=eid, task_id=task_id, session_id=sid, proxy_url=self.t.proxy_url,
+                                     limits=self.limits, sampling=self.sampling,
+                                     metadata={"eval": self.run_id, "label": self.t.label})
+                res = env.run(req, timeout_s=self.timeout_s)
+            finally:
+                proxy.delete(f"/sessions/{sid}")
         except EvalError:
             raise
         except (EpisodeError, httpx.HTTPError, ValueError) as e:
@@ -92,8 +95,12 @@ class EvalRunner:
         """All tasks, `concurrency` at a time; results in task order."""
         self.preflight()
         out: dict[str, EpisodeResult] = {}
-        with concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
-            futs = {pool.submit(self.run_one, t): t for t in task_ids}
+        # One client each, shared by the threads (httpx clients are thread-safe): a client per episode
+        # costs a TLS context and a TCP connect each, which showed up as eval overhead on 2 cores.
+        limits = httpx.Limits(max_connections=2 * self.concurrency, max_keepalive_connections=2 * self.concurrency)
+        with httpx.Client(base_url=self.t.proxy_url, timeout=30, limits=limits) as proxy, \
+                EpisodeClient(self.t.env_url) as env, concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+            futs = {pool.submit(self.run_one, t, proxy, env): t for t in task_ids}
             try:
                 for fut in concurrent.futures.as_completed(futs):
                     res = fut.result()
