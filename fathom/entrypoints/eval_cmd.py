@@ -58,7 +58,17 @@ def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
 
     T.configure(cfg.tasks)
     if tasks:
-        return [t.strip() for t in tasks.split(",") if t.strip()]
+        from fathom.tasks.record import parse_id
+
+        ids = [t.strip() for t in tasks.split(",") if t.strip()]
+        for t in ids:
+            try:
+                family = parse_id(t)[0]
+            except KeyError as e:
+                die(f"--tasks: {e.args[0]}")
+            if family not in T.FAMILIES:
+                die(f"--tasks: {t!r} names family {family!r}; choose one of {', '.join(T.FAMILIES)}")
+        return ids
     try:
         ids = T.load_split(cfg.eval.split)
     except ManifestError as e:
