@@ -67,8 +67,10 @@ def _results_table(path: Path) -> list[str]:
 
 def model_card(adapter_cfg: dict[str, Any], *, run_name: str, step: int | None, evals: dict[str, Path]) -> str:
     base = adapter_cfg.get("base_model_name_or_path") or "BASE_MODEL"
-    lines = ["---", "library_name: peft", f"base_model: {base}" if "/" in base else "", "tags:", "- fathom",
-             "- recursive-language-model", "- lora", "- grpo", "---", "",
+    # A local base path is no Hub id, so it stays out of the card's metadata.
+    meta = ["---", "library_name: peft", *([f"base_model: {base}"] if "/" in base and not base.startswith("/") else []),
+            "tags:", "- fathom", "- recursive-language-model", "- lora", "- grpo", "---"]
+    lines = [*meta, "",
              f"# FATHOM adapter: {run_name}" + (f" (checkpoint {step})" if step is not None else ""), "",
              "A LoRA adapter trained with FATHOM (async GRPO on token-faithful RLM traces) to work over documents far "
              "larger than its context window: the document lives in a Python REPL as `context`, the model slices "
@@ -98,7 +100,7 @@ def model_card(adapter_cfg: dict[str, Any], *, run_name: str, step: int | None, 
         if "learning_curve.png" in evals:
             lines += ["", "![learning curve](eval/learning_curve.png)"]
         lines.append("")
-    return "\n".join(x for i, x in enumerate(lines) if x or i == 0 or lines[i - 1]) + "\n"
+    return "\n".join(x for i, x in enumerate(lines) if x or (i and lines[i - 1])) + "\n"  # no double blank lines
 
 
 def export(run_dir: str | Path, out: str | Path | None = None, *, step: int | None = None) -> Path:
