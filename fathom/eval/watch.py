@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from fathom.eval import charts
 from fathom.eval.checkpoints import CheckpointSource
+from fathom.eval.stats import paired
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +27,13 @@ Evaluate = Callable[[str | None, str], dict[str, Any]]
 class Watcher:
     def __init__(self, source: CheckpointSource, out_dir: str | Path, *, evaluate: Evaluate,
                  load: Callable[[str, str], None], unload: Callable[[str], None], loaded: Callable[[], list[str]],
-                 adapter_prefix: str = "fathom-eval-", poll_s: float = 10.0,
+                 adapter_prefix: str = "fathom-eval-", poll_s: float = 10.0, max_failures: int = 3,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
         self.source, self.out = source, Path(out_dir)
         self.evaluate, self.load, self.unload, self.loaded = evaluate, load, unload, loaded
         self.prefix, self.poll_s, self.sleep, self.clock = adapter_prefix, poll_s, sleep, clock
+        self.max_failures = max_failures
+        self.failures: dict[int, int] = {}
         self.events: list[dict[str, Any]] = []
         """What happened when: {event, step, t} (seen, started, done), for the benchmark and the log."""
 
@@ -77,6 +80,10 @@ class Watcher:
         finally:
             self.unload(name)
         doc["step"], doc["adapter_path"] = step, str(path)
+        base = self.base()
+        if base.get("rows") and doc.get("rows"):  # same fixed subset: a paired comparison against the base
+            verdicts = lambda d: {r["task_id"]: bool(r["correct"]) for r in d["rows"] if r["scorable"]}  # noqa: E731
+            doc["vs_base"] = paired(verdicts(base), verdicts(doc))
         self._write(f"checkpoint-{step}.json", doc)
         self.events.append({"event": "done", "step": step, "t": self.clock()})
         self.write_summary()
@@ -88,9 +95,10 @@ class Watcher:
         for step in sorted(self.done_steps()):
             doc = json.loads((self.out / f"checkpoint-{step}.json").read_text())
             s = doc["summary"]
+            vs = doc.get("vs_base") or {}
             rows.append({"step": step, "pass@1": s["pass@1"]["pass@1"], "ci": s["pass@1"]["ci"],
                          "n": s["pass@1"]["n"], "unscorable": s["unscorable"], "mean_tokens": s["tokens"]["mean_total"],
-                         "stop_reasons": s["stop_reasons"]})
+                         "stop_reasons": s["stop_reasons"], "delta_vs_base": vs.get("delta"), "delta_ci": vs.get("ci")})
         bsum = base["summary"]["pass@1"] if base else None
         summary = {"source": self.source.describe(), "base": bsum and {**bsum, "mean_tokens": base["summary"]["tokens"]["mean_total"]},
                    "checkpoints": rows, "best": max(rows, key=lambda r: r["pass@1"] or -1, default=None)}
@@ -109,7 +117,17 @@ class Watcher:
         scored = []
         for step in todo:
             log.info("scoring checkpoint-%d from %s", step, found[step])
-            self.score(step, found[step])
+            try:
+                self.score(step, found[step])
+            except Exception:
+                # An env server or engine hiccup should not end a watcher that runs for hours: retry on
+                # the next polls, and stop loudly once the same checkpoint failed `max_failures` times.
+                self.failures[step] = self.failures.get(step, 0) + 1
+                if self.failures[step] >= self.max_failures:
+                    raise
+                log.exception("checkpoint-%d failed (%d of %d tries); retrying on the next poll", step,
+                              self.failures[step], self.max_failures)
+                continue
             scored.append(step)
         return scored
 

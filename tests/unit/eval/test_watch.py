@@ -69,7 +69,7 @@ def fake_eval(log):
         rate = 0.2 if model is None else 0.1 * int(label.split("-")[1]) / 5
         return {"model": model, "summary": {"pass@1": {"pass@1": rate, "ci": [rate - 0.1, rate + 0.1], "n": 10},
                                             "unscorable": 0, "tokens": {"mean_total": 900.0}, "stop_reasons": {"final": 10}},
-                "rows": []}
+                "rows": [{"task_id": f"t{i}", "scorable": True, "correct": i < rate * 10} for i in range(10)]}
     return evaluate
 
 
@@ -97,6 +97,7 @@ def test_each_checkpoint_once_across_restarts_and_base_once(tmp_path):
     assert log[2:] == [("fathom-eval-ckpt-10", "checkpoint-10")]  # base reused, 5 not redone
     assert vllm.loaded == ["trl-policy-v3"]
     assert [r["step"] for r in summary["checkpoints"]] == [5, 10] and summary["best"]["step"] == 10
+    assert summary["checkpoints"][0]["delta_vs_base"] is not None
     out = tmp_path / "eval"
     assert json.loads((out / "summary.json").read_text())["base"]["pass@1"] == 0.2
     assert (out / "checkpoint-5.json").is_file() and (out / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
@@ -116,18 +117,25 @@ def test_watcher_waits_through_a_stopped_trainer_and_picks_up_late_checkpoints(t
     assert started - seen < 30
 
 
-def test_a_failed_eval_still_unloads_and_is_retried(tmp_path):
+def test_a_failed_eval_still_unloads_is_retried_then_stops_loudly(tmp_path):
     vllm = FakeVllm()
     write_adapter(tmp_path / "ck" / "checkpoint-3")
+    fails = [2]
 
-    def broken(model, label):
-        if model is not None:
+    def flaky(model, label):
+        if model is not None and fails[0] > 0:
+            fails[0] -= 1
             raise RuntimeError("env server went away")
         return fake_eval([])(model, label)
 
-    w = Watcher(DirSource(tmp_path / "ck"), tmp_path / "eval", evaluate=broken, load=vllm.load, unload=vllm.unload,
-                loaded=lambda: list(vllm.loaded))
+    w = Watcher(DirSource(tmp_path / "ck"), tmp_path / "eval", evaluate=flaky, load=vllm.load, unload=vllm.unload,
+                loaded=lambda: list(vllm.loaded), max_failures=3)
     w.base()
+    assert w.poll_once() == [] and w.poll_once() == [] and vllm.loaded == [] and w.done_steps() == set()
+    assert w.poll_once() == [3]  # third try works
+    fails[0] = 99
+    write_adapter(tmp_path / "ck" / "checkpoint-4")
+    w.poll_once(), w.poll_once()
     with pytest.raises(RuntimeError, match="went away"):
         w.poll_once()
-    assert vllm.loaded == [] and w.done_steps() == set()
+    assert vllm.loaded == [] and w.done_steps() == {3}
