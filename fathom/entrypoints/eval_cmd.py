@@ -96,9 +96,11 @@ def resolve_adapter(spec: str, cache: Path) -> Path:
                                        allow_patterns=["adapter_config.json", "adapter_model.safetensors"]))
         if adapter_complete(local):
             return local
-        found = HubSource(spec, cache / spec.replace("/", "--")).complete()
-        if found:
-            return found[max(found)]
+        hub = HubSource(spec, cache / spec.replace("/", "--"))
+        for step in reversed(hub.steps()):  # the newest checkpoint that downloads complete
+            got = hub.fetch(step)
+            if got is not None:
+                return got
         die(f"Hub repo {spec!r} has no adapter at its root and no complete checkpoint-N/ folder")
     die(f"--adapter {spec!r} is neither a directory nor a Hub repo id (owner/name)")
 

@@ -82,20 +82,28 @@ class HubSource:
     def describe(self) -> str:
         return f"hf://{self.repo_id}"
 
-    def complete(self) -> dict[int, Path]:
-        from huggingface_hub import list_repo_files, snapshot_download
+    def steps(self) -> list[int]:
+        """Steps whose folder holds both adapter files on the Hub (an upload commits them together)."""
+        from huggingface_hub import list_repo_files
 
         files = set(list_repo_files(self.repo_id, revision=self.revision))
         steps = {int(m.group(1)) for f in files if (m := CHECKPOINT.fullmatch(f.split("/")[0]))}
+        return sorted(s for s in steps if all(f"checkpoint-{s}/{f}" in files for f in ADAPTER_FILES))
+
+    def fetch(self, step: int) -> Path | None:
+        from huggingface_hub import snapshot_download
+
+        local = self.cache / f"checkpoint-{step}"
+        if not adapter_complete(local):
+            snapshot_download(self.repo_id, revision=self.revision, local_dir=self.cache,
+                              allow_patterns=[f"checkpoint-{step}/*"])
+        return local if adapter_complete(local) else None
+
+    def complete(self) -> dict[int, Path]:
         out = {}
-        for step in sorted(steps):
-            if not all(f"checkpoint-{step}/{f}" in files for f in ADAPTER_FILES):
-                continue
-            local = self.cache / f"checkpoint-{step}"
-            if not adapter_complete(local):
-                snapshot_download(self.repo_id, revision=self.revision, local_dir=self.cache,
-                                  allow_patterns=[f"checkpoint-{step}/*"])
-            if adapter_complete(local):
+        for step in self.steps():
+            local = self.fetch(step)
+            if local is not None:
                 out[step] = local
         return out
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from pathlib import Path
 
@@ -139,3 +140,30 @@ def test_a_failed_eval_still_unloads_is_retried_then_stops_loudly(tmp_path):
     with pytest.raises(RuntimeError, match="went away"):
         w.poll_once()
     assert vllm.loaded == [] and w.done_steps() == {3}
+
+
+def test_hub_source_lists_complete_folders_and_downloads_each_once(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from fathom.eval.checkpoints import HubSource
+
+    remote = tmp_path / "remote"
+    write_adapter(remote / "checkpoint-2")
+    write_adapter(remote / "checkpoint-4")
+    (remote / "checkpoint-6").mkdir()
+    (remote / "checkpoint-6" / "adapter_config.json").write_text("{}")  # upload half done on the Hub
+    files = [str(p.relative_to(remote)) for p in remote.rglob("*") if p.is_file()] + ["README.md"]
+    downloads = []
+
+    def fake_snapshot(repo_id, revision=None, local_dir=None, allow_patterns=None):
+        downloads.append(allow_patterns)
+        folder = allow_patterns[0].split("/")[0]
+        shutil.copytree(remote / folder, Path(local_dir) / folder, dirs_exist_ok=True)
+        return local_dir
+
+    monkeypatch.setattr(huggingface_hub, "list_repo_files", lambda repo_id, revision=None: files)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    hub = HubSource("me/run", tmp_path / "cache")
+    assert hub.steps() == [2, 4]
+    assert set(hub.complete()) == {2, 4} and set(hub.complete()) == {2, 4}
+    assert downloads == [["checkpoint-2/*"], ["checkpoint-4/*"]]  # the second poll downloads nothing
