@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from fathom.eval.checkpoints import ADAPTER_FILES, DirSource, adapter_complete
+from fathom.eval.checkpoints import ADAPTER_FILES, CHECKPOINT, DirSource, adapter_complete
 
 
 class ExportError(ValueError):
@@ -41,6 +41,8 @@ def _eval_files(run_dir: Path) -> dict[str, Path]:
         if (ev / name).is_file():
             out[name] = ev / name
     for res in sorted(ev.glob("*/results.json")) if ev.is_dir() else []:
+        if res.parent.name == "base" or CHECKPOINT.fullmatch(res.parent.name):
+            continue  # the watcher's per-checkpoint reports: summary.json and the curve stand for them
         for name in ("results.json", "pareto.png", "report.html"):
             if (res.parent / name).is_file():
                 out[f"{res.parent.name}/{name}"] = res.parent / name

@@ -19,6 +19,7 @@ def test_export_newest_complete_checkpoint_with_eval_results(tmp_path):
     write_adapter(run / "checkpoints" / "checkpoint-12", truncate=7)  # still uploading: not exported
     res, eps = results_and_episodes()
     write_outputs(res, eps, run / "eval" / "test")
+    write_outputs(res, eps, run / "eval" / "checkpoint-9")  # the watcher's: summarized, not copied
     (run / "eval" / "summary.json").write_text(json.dumps({"checkpoints": [
         {"step": 2, "pass@1": 0.25, "mean_tokens": 900.0}, {"step": 9, "pass@1": 0.5, "mean_tokens": 700.0}]}))
     out = export(run)
@@ -29,6 +30,7 @@ def test_export_newest_complete_checkpoint_with_eval_results(tmp_path):
     assert "--lora-modules fathom=" in card and "PeftModel.from_pretrained" in card
     assert "| base | 0.333 |" in card and "only adapter 1" in card and "| 9 | 0.5 | 700 |" in card
     assert (out / "eval" / "test" / "report.html").is_file() and (out / "eval" / "test" / "pareto.png").is_file()
+    assert not (out / "eval" / "checkpoint-9").exists() and card.count("### ") == 2
 
 
 def test_export_step_and_errors(tmp_path):
