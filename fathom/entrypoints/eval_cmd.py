@@ -121,11 +121,40 @@ def _progress(n: int):
     return on_result
 
 
+def _adapter_specs(specs: list[str]) -> list[tuple[str, str]]:
+    """`--adapter PATH` (label `adapter`) or `--adapter LABEL=PATH`, repeatable (e.g. sft=..., grpo=...)."""
+    out = []
+    for i, spec in enumerate(specs):
+        label, sep, path = spec.partition("=")
+        if not sep:
+            label, path = ("adapter" if len(specs) == 1 else f"adapter{i + 1}"), spec
+        if not label or not path or label == "base" or label in (x for x, _ in out):
+            die(f"--adapter {spec!r}: give PATH or LABEL=PATH with a unique LABEL other than 'base'")
+        out.append((label, path))
+    return out
+
+
+def _print(results: dict, paths: dict) -> None:
+    for label, m in results["models"].items():
+        p = m["summary"]["pass@1"]
+        rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
+        print(f"{label}: pass@1 {rate} over {p['n']} scorable ({m['summary']['unscorable']} unscorable); "
+              f"{m['summary']['tokens']['mean_total'] or 0:.0f} tokens/episode")
+    for c in results["comparisons"]:
+        if c["delta"] is not None:
+            print(f"{c['adapter']} vs {c['base']}: both {c['both']}, only {c['base']} {c['only_base']}, only "
+                  f"{c['adapter']} {c['only_adapter']}, neither {c['neither']}; delta {c['delta']:+.3f} "
+                  f"[{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]")
+    for k, p in paths.items():
+        print(f"{k}: {p}")
+
+
 @app.callback()
 def eval_(
     ctx: typer.Context,
     config: str = CONFIG_OPTION,
-    adapter: str = typer.Option(None, help="LoRA adapter: checkpoint dir, run dir (newest checkpoint) or Hub repo id."),
+    adapter: list[str] = typer.Option(None, help="LoRA adapter: checkpoint dir, run dir (newest checkpoint) or Hub "
+                                                 "repo id; LABEL=PATH to name it; repeat to compare several."),
     model: str = typer.Option(None, help="Evaluate this already-served model name alone (base or loaded adapter)."),
     base: bool = typer.Option(True, "--base/--no-base", help="With --adapter, also score the base (paired comparison)."),
     split: str = typer.Option(None, help="Task split (default: eval.split)."),
@@ -150,47 +179,39 @@ def eval_(
     out = out or cfg.run_dir / "eval" / (cfg.eval.split if not tasks else "tasks")
     sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
     limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
-    base_name = cfg.policy_server.served_model_name
-    adapter_path = resolve_adapter(adapter, cfg.run_dir / "eval" / "adapters") if adapter else None
-    loaded = None
+    adapters = [(label, resolve_adapter(p, cfg.run_dir / "eval" / "adapters")) for label, p in _adapter_specs(adapter or [])]
+    stamp = int(time.time())
     with _stack(ctx, cfg, config, start) as stack:
         policy_url, proxy_url, env_url = _urls(cfg, stack)
-        targets = []
+        plan: list[tuple[EvalTarget, Path | None]] = []
         if model:
-            targets.append(EvalTarget(env_url, proxy_url, model, label=model))
-        if not model and (base or adapter_path is None):
-            targets.append(EvalTarget(env_url, proxy_url, base_name, label="base"))
+            plan.append((EvalTarget(env_url, proxy_url, model, label=model), None))
+        if not model and (base or not adapters):
+            plan.append((EvalTarget(env_url, proxy_url, cfg.policy_server.served_model_name, label="base"), None))
+        plan += [(EvalTarget(env_url, proxy_url, f"{cfg.eval.adapter_name_prefix}{label}-{stamp}", label=label), path)
+                 for label, path in adapters]
+        eprint(f"evaluating {', '.join(t.label for t, _ in plan)} on {len(ids)} tasks of {cfg.eval.split}")
+        t0, episodes = time.monotonic(), {}
         try:
             with PolicyClient(policy_url) as pc:
-                if adapter_path is not None:
-                    loaded = f"{cfg.eval.adapter_name_prefix}{int(time.time())}"
-                    pc.load_adapter(loaded, str(adapter_path))
-                    targets.append(EvalTarget(env_url, proxy_url, loaded, label="adapter"))
-                try:
-                    eprint(f"evaluating {', '.join(t.label for t in targets)} on {len(ids)} tasks of {cfg.eval.split}")
-                    t0 = time.monotonic()
-                    episodes = run_models(targets, ids, sampling=sampling, limits=limits, concurrency=cfg.eval.concurrency,
-                                          timeout_s=cfg.eval.episode_timeout_s, on_result=_progress(len(ids)))
-                finally:
-                    if loaded:
-                        pc.unload_adapter(loaded)
+                for target, path in plan:  # one model at a time, and one LoRA slot at a time
+                    if path is not None:
+                        pc.load_adapter(target.model, str(path))
+                    try:
+                        episodes |= run_models([target], ids, sampling=sampling, limits=limits,
+                                               concurrency=cfg.eval.concurrency, timeout_s=cfg.eval.episode_timeout_s,
+                                               on_result=_progress(len(ids)))
+                    finally:
+                        if path is not None:
+                            pc.unload_adapter(target.model)
         except (EvalError, PolicyClientError) as e:
             die(str(e))
+    targets = [t for t, _ in plan]
     results = build_results(episodes, targets=targets, split=cfg.eval.split if not tasks else "tasks", task_ids=ids,
                             sampling=sampling, limits=limits, max_model_len=cfg.model.max_model_len,
                             bootstrap=cfg.eval.bootstrap, confidence=cfg.eval.confidence, seed=cfg.eval.seed)
     results["wall_s"] = time.monotonic() - t0
-    if adapter_path is not None:
-        results["models"]["adapter"]["adapter_path"] = str(adapter_path)
-    paths = write_outputs(results, episodes, out, report_episodes=cfg.eval.report_episodes)
-    for label, m in results["models"].items():
-        p = m["summary"]["pass@1"]
-        rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
-        print(f"{label}: pass@1 {rate} over {p['n']} scorable ({m['summary']['unscorable']} unscorable); "
-              f"{m['summary']['tokens']['mean_total'] or 0:.0f} tokens/episode")
-    c = results["comparison"]
-    if c and c["delta"] is not None:
-        print(f"paired: both {c['both']}, only base {c['only_base']}, only adapter {c['only_adapter']}, "
-              f"neither {c['neither']}; delta {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]")
-    for k, p in paths.items():
-        print(f"{k}: {p}")
+    for t, path in plan:
+        if path is not None:
+            results["models"][t.label]["adapter_path"] = str(path)
+    _print(results, write_outputs(results, episodes, out, report_episodes=cfg.eval.report_episodes))

@@ -31,14 +31,15 @@ def build_results(episodes: dict[str, list[EpisodeResult]], *, targets: list[Eva
         rows = [episode_row(r) for r in episodes[t.label]]
         models[t.label] = {"model": t.model, "summary": summarize(rows, max_model_len=max_model_len, boot=boot),
                            "rows": rows}
-    comparison = None
-    if len(targets) == 2:
-        b, a = (targets[0].label, targets[1].label)
-        verdict = lambda label: {r["task_id"]: bool(r["correct"]) for r in models[label]["rows"] if r["scorable"]}  # noqa: E731
-        comparison = {"base": b, "adapter": a, **paired(verdict(b), verdict(a), **boot)}
+    # Every other model against the first (the base when there is one), each paired on the same tasks.
+    verdict = lambda label: {r["task_id"]: bool(r["correct"]) for r in models[label]["rows"] if r["scorable"]}  # noqa: E731
+    ref = targets[0].label
+    comparisons = [{"base": ref, "adapter": t.label, **paired(verdict(ref), verdict(t.label), **boot)}
+                   for t in targets[1:]]
     return {
         "split": split, "n_tasks": len(task_ids), "task_ids": task_ids,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "sampling": sampling.model_dump(), "limits": limits.model_dump(), "confidence": confidence,
-        "bootstrap": bootstrap, "models": models, "comparison": comparison,
+        "bootstrap": bootstrap, "models": models,
+        "comparison": comparisons[0] if comparisons else None, "comparisons": comparisons,
     }

@@ -59,11 +59,11 @@ def _results_table(path: Path) -> list[str]:
         ci = f"[{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]" if p["ci"] else "n/a"
         rate = f"{p['pass@1']:.3f}" if p["pass@1"] is not None else "n/a"
         lines.append(f"| {label} | {rate} | {ci} | {s['scorable']} | {s['unscorable']} | {s['tokens']['mean_total'] or 0:.0f} |")
-    c = res.get("comparison")
-    if c and c.get("delta") is not None:
-        lines += ["", f"Paired over {c['n']} tasks: both {c['both']}, only base {c['only_base']}, only adapter "
-                      f"{c['only_adapter']}, neither {c['neither']}; difference {c['delta']:+.3f} "
-                      f"[{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]."]
+    for c in res.get("comparisons") or []:
+        if c.get("delta") is not None:
+            lines += ["", f"{c['adapter']} against {c['base']}, paired over {c['n']} tasks: both {c['both']}, only "
+                          f"{c['base']} {c['only_base']}, only {c['adapter']} {c['only_adapter']}, neither {c['neither']}; "
+                          f"difference {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]."]
     return lines
 
 

@@ -41,7 +41,7 @@ def render_html(results: dict[str, Any], episodes: list[dict[str, Any]], *, pare
                 limit: int = 200) -> str:
     """`episodes`: {label, row, episode} dicts (episode = EpisodeResult as JSON)."""
     shown = pick_episodes(episodes, limit)
-    data = {k: results[k] for k in ("split", "n_tasks", "created", "sampling", "confidence", "comparison")}
+    data = {k: results[k] for k in ("split", "n_tasks", "created", "sampling", "confidence", "comparisons")}
     data["models"] = {label: {"model": m["model"], "summary": m["summary"]} for label, m in results["models"].items()}
     data["episodes"], data["episodes_total"] = shown, len(episodes)
     data["pareto_png"] = base64.b64encode(pareto_png).decode() if pareto_png else None

