@@ -94,6 +94,7 @@ def test_export_loads_in_peft_and_in_vllm_with_lora_modules(tiny_model_dir, run_
         assert r.json()["model"] == "fathom" and r.json()["usage"]["completion_tokens"] >= 1
 
 
+@pytest.mark.slow  # two CLI runs, about 2.5 minutes; tests/unit/eval/test_watch.py covers the same rules with fakes
 def test_watch_scores_each_checkpoint_once_with_hot_loading(vllm_server, run_dir, tmp_path):
     with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
                        env_overrides={"max_turns": 1, "sub_rlm_max_turns": 1}) as st:
