@@ -40,6 +40,7 @@ class EvalRunner:
         self.sampling, self.limits = sampling, limits
         self.concurrency, self.timeout_s = concurrency, timeout_s
         self.run_id = uuid.uuid4().hex[:8]
+        self._closer: concurrent.futures.Executor | None = None
 
     def _open(self, proxy: httpx.Client, task_id: str) -> str:
         spec = SessionCreate(trainable=False, sampling=self.sampling, model=self.t.model,
@@ -80,7 +81,10 @@ class EvalRunner:
                                      metadata={"eval": self.run_id, "label": self.t.label})
                 res = env.run(req, timeout_s=self.timeout_s)
             finally:
-                proxy.delete(f"/sessions/{sid}")
+                if self._closer is not None:  # off the episode's slot, so the next episode starts at once
+                    self._closer.submit(self._close, proxy, sid)
+                else:
+                    self._close(proxy, sid)
         except EvalError:
             raise
         except (EpisodeError, httpx.HTTPError, ValueError) as e:
@@ -91,6 +95,13 @@ class EvalRunner:
                                          "error": f"episode still {res.status} after {self.timeout_s:g} s"})
         return res
 
+    @staticmethod
+    def _close(proxy: httpx.Client, sid: str) -> None:
+        try:
+            proxy.delete(f"/sessions/{sid}")
+        except httpx.HTTPError:
+            pass  # an unclosed eval session is evicted by the proxy's idle TTL; the episode's result stands
+
     def run(self, task_ids: list[str], on_result: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
         """All tasks, `concurrency` at a time; results in task order."""
         self.preflight()
@@ -99,7 +110,9 @@ class EvalRunner:
         # costs a TLS context and a TCP connect each, which showed up as eval overhead on 2 cores.
         limits = httpx.Limits(max_connections=2 * self.concurrency, max_keepalive_connections=2 * self.concurrency)
         with httpx.Client(base_url=self.t.proxy_url, timeout=30, limits=limits) as proxy, \
-                EpisodeClient(self.t.env_url) as env, concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool:
+                EpisodeClient(self.t.env_url) as env, concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool, \
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eval-close") as closer:
+            self._closer = closer
             futs = {pool.submit(self.run_one, t, proxy, env): t for t in task_ids}
             try:
                 for fut in concurrent.futures.as_completed(futs):
@@ -111,4 +124,7 @@ class EvalRunner:
                 for f in futs:
                     f.cancel()
                 raise
+            finally:
+                pool.shutdown(wait=True)
+                self._closer = None  # closer's exit waits for the queued closes
         return [out[t] for t in task_ids]
