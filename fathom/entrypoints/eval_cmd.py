@@ -169,49 +169,65 @@ def eval_(
     cfg = config_from(ctx, config)
     if split:
         cfg.eval.split = split
-    from fathom.eval.evaluate import build_results, run_models
-    from fathom.eval.report import write_outputs
-    from fathom.eval.runner import EvalError, EvalTarget
-    from fathom.policy_server.client import PolicyClient, PolicyClientError
-    from fathom.protocol import EpisodeLimits, Sampling
+    from fathom.eval.runner import EvalError
+    from fathom.policy_server.client import PolicyClientError
 
     ids = _task_ids(cfg, tasks, n)
     out = out or cfg.run_dir / "eval" / (cfg.eval.split if not tasks else "tasks")
-    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
-    limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
     adapters = [(label, resolve_adapter(p, cfg.run_dir / "eval" / "adapters")) for label, p in _adapter_specs(adapter or [])]
-    stamp = int(time.time())
     with _stack(ctx, cfg, config, start) as stack:
-        policy_url, proxy_url, env_url = _urls(cfg, stack)
-        plan: list[tuple[EvalTarget, Path | None]] = []
-        if model:
-            plan.append((EvalTarget(env_url, proxy_url, model, label=model), None))
-        if not model and (base or not adapters):
-            plan.append((EvalTarget(env_url, proxy_url, cfg.policy_server.served_model_name, label="base"), None))
-        plan += [(EvalTarget(env_url, proxy_url, f"{cfg.eval.adapter_name_prefix}{label}-{stamp}", label=label), path)
-                 for label, path in adapters]
-        eprint(f"evaluating {', '.join(t.label for t, _ in plan)} on {len(ids)} tasks of {cfg.eval.split}")
-        t0, episodes = time.monotonic(), {}
         try:
-            with PolicyClient(policy_url) as pc:
-                for target, path in plan:  # one model at a time, and one LoRA slot at a time
-                    if path is not None:
-                        pc.load_adapter(target.model, str(path))
-                    try:
-                        episodes |= run_models([target], ids, sampling=sampling, limits=limits,
-                                               concurrency=cfg.eval.concurrency, timeout_s=cfg.eval.episode_timeout_s,
-                                               on_result=_progress(len(ids)))
-                    finally:
-                        if path is not None:
-                            pc.unload_adapter(target.model)
+            results, paths = run_eval(cfg, ids, out, urls=_urls(cfg, stack), adapters=adapters, model=model, base=base,
+                                      split=cfg.eval.split if not tasks else "tasks")
         except (EvalError, PolicyClientError) as e:
             die(str(e))
-    targets = [t for t, _ in plan]
-    results = build_results(episodes, targets=targets, split=cfg.eval.split if not tasks else "tasks", task_ids=ids,
+    _print(results, paths)
+
+
+def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str], adapters: list[tuple[str, Path]] = (),
+             model: str | None = None, base: bool = True, split: str | None = None, quiet: bool = False):
+    """Score the base (unless `base` is False or `model` names one served model) and each (label, adapter dir)
+    on `task_ids` against a running stack (`urls` = policy, proxy, env); writes the outputs under `out`.
+
+    The main job calls this in-process for its final base/SFT/GRPO numbers. Returns (results, paths).
+    Raises `EvalError` or `PolicyClientError` when a server is down or an adapter cannot be loaded.
+    """
+    from fathom.eval.evaluate import build_results, run_models
+    from fathom.eval.report import write_outputs
+    from fathom.eval.runner import EvalTarget
+    from fathom.policy_server.client import PolicyClient
+    from fathom.protocol import EpisodeLimits, Sampling
+
+    ids = task_ids
+    policy_url, proxy_url, env_url = urls
+    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
+    limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
+    stamp = int(time.time())
+    plan: list[tuple[EvalTarget, Path | None]] = []
+    if model:
+        plan.append((EvalTarget(env_url, proxy_url, model, label=model), None))
+    if not model and (base or not adapters):
+        plan.append((EvalTarget(env_url, proxy_url, cfg.policy_server.served_model_name, label="base"), None))
+    plan += [(EvalTarget(env_url, proxy_url, f"{cfg.eval.adapter_name_prefix}{label}-{stamp}", label=label), Path(path))
+             for label, path in adapters]
+    if not quiet:
+        eprint(f"evaluating {', '.join(t.label for t, _ in plan)} on {len(ids)} tasks")
+    t0, episodes = time.monotonic(), {}
+    with PolicyClient(policy_url) as pc:
+        for target, path in plan:  # one model at a time, and one LoRA slot at a time
+            if path is not None:
+                pc.load_adapter(target.model, str(path))
+            try:
+                episodes |= run_models([target], ids, sampling=sampling, limits=limits, concurrency=cfg.eval.concurrency,
+                                       timeout_s=cfg.eval.episode_timeout_s, on_result=None if quiet else _progress(len(ids)))
+            finally:
+                if path is not None:
+                    pc.unload_adapter(target.model)
+    results = build_results(episodes, targets=[t for t, _ in plan], split=split or cfg.eval.split, task_ids=ids,
                             sampling=sampling, limits=limits, max_model_len=cfg.model.max_model_len,
                             bootstrap=cfg.eval.bootstrap, confidence=cfg.eval.confidence, seed=cfg.eval.seed)
     results["wall_s"] = time.monotonic() - t0
     for t, path in plan:
         if path is not None:
             results["models"][t.label]["adapter_path"] = str(path)
-    _print(results, write_outputs(results, episodes, out, report_episodes=cfg.eval.report_episodes))
+    return results, write_outputs(results, episodes, out, report_episodes=cfg.eval.report_episodes)
