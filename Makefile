@@ -35,11 +35,12 @@ $(STAMPS)/vllm:
 	touch $@
 
 # Under FATHOM_REQUIRE_SANDBOX_LAYERS=1 (`make test`, .ci/run) a failed install stops set-up;
-# otherwise it is a warning and the sandbox runs without that layer (see `fathom doctor`).
+# otherwise it is a warning: the sandbox runs without that layer (see `fathom doctor`), or the
+# browser/lint test that needs the tool skips.
 define require_or_warn
 { if [ "$$FATHOM_REQUIRE_SANDBOX_LAYERS" = 1 ]; then \
-    echo "error: could not install $(1), which the shipped configs' sandbox needs (FATHOM_REQUIRE_SANDBOX_LAYERS=1)" >&2; exit 1; \
-  else echo "warning: could not install $(1); the sandbox runs without that layer (see fathom doctor)"; fi; }
+    echo "error: could not install $(1), which make test and CI require (FATHOM_REQUIRE_SANDBOX_LAYERS=1)" >&2; exit 1; \
+  else echo "warning: could not install $(1); see fathom doctor"; fi; }
 endef
 
 $(STAMPS)/system:
@@ -47,6 +48,10 @@ $(STAMPS)/system:
 	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap) || $(call require_or_warn,bubblewrap)
 	ldconfig -p | grep -q libseccomp.so.2 || (apt-get update -qq && apt-get install -y -qq libseccomp2) || \
 	  $(call require_or_warn,libseccomp2)
+	# The eval report's browser test drives Debian's chromium through Playwright (never `playwright install`);
+	# shellcheck checks run_job.sh and run_eval_watch.sh.
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || $(call require_or_warn,chromium)
+	command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck) || $(call require_or_warn,shellcheck)
 	touch $@
 
 demo: setup

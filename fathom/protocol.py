@@ -64,6 +64,9 @@ class SessionCreate(_Wire):
     budgets: Budgets = Budgets()
     metadata: dict[str, Any] = {}
     """Free metadata, e.g. {"episode_id": ..., "task_id": ..., "group": ...}."""
+    model: str | None = Field(None, min_length=1)
+    """Pin to this served model (the base or a loaded LoRA adapter) instead of the newest policy.
+    Only for non-trainable sessions: evaluation compares base and adapter, or scores one checkpoint."""
 
 
 class SessionInfo(BaseModel):

@@ -30,7 +30,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from fathom.capture_proxy.calls import flush, handle_call
 from fathom.capture_proxy.http import HTTPFail, error, json_response, read_json
-from fathom.capture_proxy.pinning import PinningError
+from fathom.capture_proxy.pinning import PinningError, UnknownModel
 from fathom.capture_proxy.sessions import Session
 from fathom.capture_proxy.state import ProxyState, make_state
 from fathom.capture_proxy.upstream import UpstreamError
@@ -98,9 +98,14 @@ def create_app(
             max_tokens=b.max_tokens if b.max_tokens is not None else cfg.default_max_tokens,
             max_depth=b.max_depth if b.max_depth is not None else cfg.default_max_depth,
         )
+        if spec.model is not None and spec.trainable:
+            return error(422, f"a trainable session samples the newest policy, so it cannot pin model {spec.model!r}; "
+                              "set trainable=false (an eval session) or drop model", "invalid_session_spec")
         try:
-            pin = await state.pinner.resolve()
+            pin = await (state.pinner.resolve_named(spec.model) if spec.model else state.pinner.resolve())
         except PinningError as e:
+            if isinstance(e, UnknownModel):
+                return error(404, str(e), "unknown_model")
             state.upstream_ok = False
             return error(503, f"{e}; retry once the policy server is up", "policy_unavailable")
         state.upstream_ok = True

@@ -25,6 +25,10 @@ class PinningError(Exception):
     """The policy could not be resolved (engine down, base model missing); the message says which."""
 
 
+class UnknownModel(PinningError):
+    """An eval session named a model the policy server does not serve on top of the base."""
+
+
 @dataclass(frozen=True, slots=True)
 class Pin:
     model: str
@@ -92,6 +96,19 @@ class Pinner:
             if pin is not None:
                 return pin
         return Pin(self.base_model, self.merged_version)
+
+    async def resolve_named(self, name: str) -> Pin:
+        """Pin an eval session to `name`: the base, or an adapter loaded on top of it."""
+        models = await self.models()
+        card = next((c for c in models if c.get("id") == name), None)
+        if card is None or (name != self.base_model and card.get("parent") != self.base_model):
+            served = ", ".join(sorted(str(c.get("id")) for c in models)) or "nothing"
+            raise UnknownModel(
+                f"model {name!r} is not served on top of the base {self.base_model!r} (the policy server serves: "
+                f"{served}); load the adapter first (POST /v1/load_lora_adapter) or name a served one"
+            )
+        m = re.fullmatch(re.escape(self.adapter_prefix) + r"(\d+)", name)
+        return Pin(name, int(m.group(1)) if m else (self.merged_version if name == self.base_model else 0))
 
     def current_merged(self) -> int:
         return self.merged_version

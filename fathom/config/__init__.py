@@ -15,6 +15,7 @@ from pydantic import ValidationError, model_validator
 from fathom.config.base import ConfigError, FathomModel, apply_overrides, fathom_home, read_toml
 from fathom.config.capture_proxy import CaptureProxyConfig
 from fathom.config.env_server import EnvServerConfig
+from fathom.config.eval import EvalConfig
 from fathom.config.model import ModelConfig
 from fathom.config.policy_server import PolicyServerConfig
 from fathom.config.sandbox import SandboxConfig
@@ -54,6 +55,9 @@ class FathomConfig(FathomModel):
 
     trainer: TrainerConfig = TrainerConfig()
     """Async GRPO trainer."""
+
+    eval: EvalConfig = EvalConfig()
+    """Held-out evaluation and the per-checkpoint watcher."""
 
     @property
     def run_dir(self) -> Path:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints import config_cmd, demo_cmd, doctor_cmd, env_cmd, model_cmd, policy_cmd, proxy_cmd, tasks_cmd
+from fathom.entrypoints import (
+    ask_cmd, config_cmd, demo_cmd, doctor_cmd, env_cmd, eval_cmd, eval_watch_cmd, export_cmd, model_cmd, policy_cmd, proxy_cmd,
+    tasks_cmd,
+)
 
 app = typer.Typer(
     name="fathom",
@@ -23,8 +26,12 @@ app.add_typer(proxy_cmd.app, name="proxy")
 app.add_typer(env_cmd.app, name="env")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(config_cmd.app, name="config")
+eval_cmd.app.command("watch", context_settings=eval_cmd.OVERRIDE_SETTINGS)(eval_watch_cmd.watch)
+app.add_typer(eval_cmd.app, name="eval")
 app.command("doctor")(doctor_cmd.doctor)
 app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
+app.command("export")(export_cmd.export)
+app.command("ask", context_settings=eval_cmd.OVERRIDE_SETTINGS)(ask_cmd.ask)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,26 @@ def test_wrong_base_model_is_named(make_proxy, engine):
 
         r = httpx.post(server.url + "/sessions", json={})
         assert r.status_code == 503 and "'qwen'" in r.json()["error"]["message"]
+
+
+def test_eval_session_pins_the_named_model_not_the_newest(proxy, engine):
+    fake, _ = engine
+    fake.adapters = ["trl-policy-v1", "trl-policy-v2", "fathom-eval-ckpt-7"]
+    base = proxy.open(trainable=False, model="fake-base")
+    old = proxy.open(trainable=False, model="trl-policy-v1")
+    ckpt = proxy.open(trainable=False, model="fathom-eval-ckpt-7")
+    assert (base["model"], old["model"], old["policy_version"]) == ("fake-base", "trl-policy-v1", 1)
+    assert ckpt["model"] == "fathom-eval-ckpt-7" and ckpt["trainable"] is False
+    for info in (base, old, ckpt):
+        assert proxy.chat(info["session_id"], USER).status_code == 200
+        assert fake.requests[-1]["model"] == info["model"]
+
+
+def test_named_pin_is_refused_for_trainable_or_unserved_models(proxy, engine):
+    fake, _ = engine
+    r = proxy.http.post("/sessions", json={"trainable": True, "model": "fake-base"})
+    assert r.status_code == 422 and "trainable=false" in r.json()["error"]["message"]
+    r = proxy.http.post("/sessions", json={"trainable": False, "model": "fathom-eval-ckpt-3"})
+    assert r.status_code == 404
+    msg = r.json()["error"]["message"]
+    assert "'fathom-eval-ckpt-3'" in msg and "load_lora_adapter" in msg

@@ -1,0 +1,155 @@
+"""Eval benchmark: the eval path's overhead, the watcher's pick-up latency, and the report's open time.
+
+Real env server, capture proxy and sandbox with the scripted reference policy as the model (no
+weights needed), so the numbers isolate what eval adds. Prints one JSON object with `targets`:
+
+- watcher_pickup_s: from a checkpoint becoming complete (renamed into place) to the watcher starting
+  its eval, with the configured poll interval (eval.watch_poll_s); target <= 30 s.
+- eval_over_bare_wall: wall time of the same tasks through `EvalRunner` (own non-trainable session per
+  episode, opened and closed) over bare `POST /episodes` (the env server opens the session); <= 1.05.
+- report_open_s: the HTML report of 100 episodes opened in Debian's chromium until the episode list is
+  rendered; <= 2 s.
+
+    .venv/bin/python bench/eval.py [--tasks 100] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fathom.config.eval import EvalConfig  # noqa: E402
+from fathom.eval.evaluate import build_results  # noqa: E402
+from fathom.eval.report import write_outputs  # noqa: E402
+from fathom.eval.runner import EvalRunner, EvalTarget  # noqa: E402
+from fathom.env_server.client import EpisodeClient  # noqa: E402
+from fathom.protocol import EpisodeLimits, EpisodeRequest, Sampling  # noqa: E402
+from fathom.tasks import load_split  # noqa: E402
+from tests.integration.env_server_stack import running_stack  # noqa: E402
+
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def bare(env_url: str, ids: list[str], concurrency: int, sampling: Sampling) -> float:
+    """The same episodes with the same sampling, `concurrency` at a time, on one shared client, without
+    eval's own sessions (the env server opens one per episode, as for a bare `POST /episodes`)."""
+    limits = EpisodeLimits(max_depth=2)
+    t0 = time.monotonic()
+    with EpisodeClient(env_url) as env, concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        res = list(pool.map(lambda t: env.run(EpisodeRequest(task_id=t, limits=limits, sampling=sampling)), ids))
+    assert all(r.status == "done" for r in res), [r.error for r in res if r.status != "done"][:3]
+    return time.monotonic() - t0
+
+
+def through_eval(runner: EvalRunner, ids: list[str]) -> tuple[float, list]:
+    t0 = time.monotonic()
+    res = runner.run(ids)
+    return time.monotonic() - t0, res
+
+
+def watcher_pickup(tmp: Path, poll_s: float) -> float:
+    from fathom.eval.checkpoints import DirSource
+    from fathom.eval.watch import Watcher
+    from tests.unit.eval.test_watch import write_adapter
+
+    started = threading.Event()
+
+    def evaluate(model, label):
+        if model is not None:
+            started.set()
+        return {"summary": {"pass@1": {"pass@1": 0.5, "ci": [0.4, 0.6], "n": 1}, "unscorable": 0,
+                            "tokens": {"mean_total": 1.0}, "stop_reasons": {}}}
+
+    w = Watcher(DirSource(tmp / "run"), tmp / "eval", evaluate=evaluate, load=lambda n, p: None,
+                unload=lambda n: None, loaded=lambda: [], poll_s=poll_s)
+    th = threading.Thread(target=w.run, kwargs={"stop_at_step": 1}, daemon=True)
+    th.start()
+    time.sleep(poll_s * 0.6)  # land mid-interval, like a trainer that does not know the watcher's phase
+    staging = write_adapter(tmp / "run" / "checkpoints" / "checkpoint-1.tmp")
+    staging.rename(tmp / "run" / "checkpoints" / "checkpoint-1")
+    t0 = time.monotonic()
+    started.wait(120)
+    th.join(120)
+    return time.monotonic() - t0
+
+
+def report_open_s(report: Path) -> float:
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=BROWSER_ARGS)
+        try:
+            page = b.new_page()
+            times = []
+            for _ in range(3):
+                t0 = time.monotonic()
+                page.goto(report.as_uri())
+                page.wait_for_function("document.querySelectorAll('details.episode').length >= 100")
+                times.append(time.monotonic() - t0)
+        finally:
+            b.close()
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=8)
+    a = ap.parse_args()
+    ids = load_split("test")[: a.tasks]
+    tmp = Path(tempfile.mkdtemp(prefix="fathom-bench-eval-"))
+    # The scripted policy writes whole reference programs; a cap that cuts them would time retries, not eval.
+    # Temperature 1: the bare path's sessions are trainable, which refuse greedy sampling (the script ignores it).
+    sampling, limits = Sampling(temperature=1.0, max_tokens=4096), EpisodeLimits(max_depth=2)
+    with running_stack(tmp, policy="reference") as st:
+        runner = EvalRunner(EvalTarget(st.env_url, st.proxy_url, "fathom-base", "base"), sampling=sampling,
+                            limits=limits, concurrency=a.concurrency, timeout_s=600)
+        bare(st.env_url, ids[: a.concurrency], a.concurrency, sampling)  # warm: task cache, sandbox zygote, connections
+        ratios, bare_s, eval_s, episodes = [], [], [], None
+        for i in range(a.rounds):  # paired rounds, alternating order, so drift hits both alike
+            if i % 2:
+                e, episodes = through_eval(runner, ids)
+                b = bare(st.env_url, ids, a.concurrency, sampling)
+            else:
+                b = bare(st.env_url, ids, a.concurrency, sampling)
+                e, episodes = through_eval(runner, ids)
+            bare_s.append(b)
+            eval_s.append(e)
+            ratios.append(e / b)
+        res = build_results({"base": episodes}, targets=[runner.t], split="test", task_ids=ids, sampling=sampling,
+                            limits=limits, max_model_len=4096, bootstrap=1000)
+        paths = write_outputs(res, {"base": episodes}, tmp / "out", report_episodes=max(100, a.tasks))
+    pickup = watcher_pickup(tmp / "watch", EvalConfig().watch_poll_s)
+    open_s = report_open_s(paths["report"])
+    ratio = statistics.median(ratios)
+    out = {
+        "bench": "eval", "tasks": len(ids), "concurrency": a.concurrency, "rounds": a.rounds,
+        "bare_wall_s": [round(x, 2) for x in bare_s], "eval_wall_s": [round(x, 2) for x in eval_s],
+        "pass@1": res["models"]["base"]["summary"]["pass@1"]["pass@1"],
+        "unscorable": res["models"]["base"]["summary"]["unscorable"],
+        "report_bytes": paths["report"].stat().st_size, "watch_poll_s": EvalConfig().watch_poll_s,
+        "targets": [
+            {"name": "watcher_pickup_s", "value": round(pickup, 2), "target": 30.0, "met": bool(pickup <= 30.0)},
+            {"name": "eval_over_bare_wall", "value": round(ratio, 3), "target": 1.05, "met": bool(ratio <= 1.05)},
+            {"name": "report_open_s", "value": round(open_s, 3), "target": 2.0, "met": bool(open_s <= 2.0)},
+        ],
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

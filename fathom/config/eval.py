@@ -1,0 +1,51 @@
+"""Settings of held-out evaluation and the per-checkpoint watcher (owned by the eval component)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from fathom.config.base import FathomModel
+
+
+class EvalConfig(FathomModel):
+    split: str = "test"
+    """Pinned task split to evaluate (`train`, `test` or `heldout`; see `fathom tasks stats`)."""
+
+    n_tasks: int | None = Field(None, gt=0)
+    """Evaluate only the split's first N tasks (families round-robin, so every family stays in); None = all."""
+
+    watch_tasks: int = Field(100, gt=0)
+    """Fixed subset size (the split's first N tasks) each checkpoint is scored on by `fathom eval watch`."""
+
+    temperature: float = Field(0.0, ge=0.0)
+    """Sampling temperature of eval sessions; 0 = greedy, so pass@1 is one deterministic attempt per task."""
+
+    max_tokens: int = Field(512, gt=0)
+    """Output cap per model call; keep it equal to training's, so eval scores the policy as trained."""
+
+    concurrency: int = Field(8, ge=1)
+    """Episodes in flight at once (vLLM batches their calls)."""
+
+    max_depth: int | None = Field(None, ge=0)
+    """Recursion depth of eval episodes; None = env_server.demo_max_depth."""
+
+    episode_timeout_s: float = Field(3600.0, gt=0)
+    """How long the evaluator waits for one episode before counting it unscorable."""
+
+    bootstrap: int = Field(2000, ge=100)
+    """Bootstrap resamples for the pass@1 confidence intervals."""
+
+    confidence: float = Field(0.95, gt=0.5, lt=1.0)
+    """Confidence level of the bootstrap intervals."""
+
+    seed: int = 0
+    """Seed of the bootstrap resampling, so a report is reproducible."""
+
+    report_episodes: int = Field(200, ge=0)
+    """Episodes embedded in the HTML report's recursion-tree viewer (all scorable outcomes and families kept)."""
+
+    adapter_name_prefix: str = "fathom-eval-"
+    """Name under which eval loads adapters into vLLM (`{prefix}{checkpoint}`); apart from the trainer's policy names."""
+
+    watch_poll_s: float = Field(10.0, gt=0)
+    """Seconds between looks at the checkpoints directory or Hub repo."""

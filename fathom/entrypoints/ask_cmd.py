@@ -1,0 +1,125 @@
+"""`fathom ask`: one RLM episode over your own document, against any served model.
+
+    fathom ask --document big.txt --question "Who signed the 1887 lease?" --base-url http://127.0.0.1:8000 --model fathom
+
+The document goes into a local sandbox as `context` (any size: the model only sees what its code
+prints). Model calls go through a capture proxy started for this one episode (an eval session pinned
+to `--model`), so the harness runs exactly as in training and evaluation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from fathom.entrypoints.common import CONFIG_OPTION, config_from, die, eprint
+
+
+def _served(base_url: str, model: str | None) -> tuple[str, str]:
+    """(model to pin, the base it is served on): an adapter's `parent` is its base."""
+    import httpx
+
+    try:
+        cards = httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=10).raise_for_status().json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError) as e:
+        die(f"no OpenAI-compatible model server at {base_url} ({e}); start one (`vllm serve ...`) or fix --base-url")
+    names = {c["id"]: c for c in cards}
+    if model is None:
+        if not cards:
+            die(f"{base_url} serves no model")
+        model = cards[-1]["id"]  # vLLM lists the base first and adapters after it
+    if model not in names:
+        die(f"--model {model!r} is not served at {base_url}; it serves: {', '.join(names)}")
+    return model, names[model].get("parent") or model
+
+
+def _tree(turns, node) -> None:
+    for t in turns:
+        code = " | ".join(c.strip().splitlines()[0][:60] for c in t.code_blocks if c.strip()) or "(no code)"
+        branch = node.add(f"[bold]depth {t.depth} turn {t.index}[/] {t.prompt_tokens}+{t.completion_tokens} tokens: {code}")
+        for out in t.outputs:
+            branch.add(f"[dim]output:[/] {out.strip()[:120]!r}")
+        for s in t.subcalls:
+            sub = branch.add(f"[yellow]llm() depth {s.depth}[/] {s.prompt_chars} chars -> "
+                             f"{(s.response or s.error or '')[:80]!r}")
+            _tree(s.turns, sub)
+        if t.final_answer is not None:
+            branch.add(f"[green]FINAL[/] {t.final_answer[:200]!r}")
+
+
+async def _episode(cfg, proxy_url: str, model: str, question: str, document: str, max_turns: int):
+    from fathom.env_server.server.episodes import resolve_limits
+    from fathom.env_server.server.harness import Harness, Tally
+    from fathom.env_server.server.llm_bridge import ProxyClient
+    from fathom.env_server.server.runtime import Runtime
+    from fathom.protocol import EpisodeLimits, Sampling, SessionCreate
+
+    rt = Runtime(cfg)
+    await rt.start()
+    try:
+        es = cfg.env_server
+        limits = resolve_limits(es, EpisodeLimits(max_depth=es.demo_max_depth, max_turns=max_turns))
+        sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
+        proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling, model=model),
+                                       es.proxy_timeout_s)
+        tally = Tally(limits=limits, deadline=time.monotonic() + limits.wall_clock_s)
+        harness = Harness(cfg=es, pool=rt.pool, executor=rt.executor_for, output_cap=cfg.sandbox.output_cap_chars,
+                          proxy=proxy, tally=tally, sampling=sampling)
+        turns: list = []
+        out = await asyncio.wait_for(harness.run_loop(question, document, depth=0, parent=None,
+                                                      max_turns=limits.max_turns, turns=turns), limits.wall_clock_s)
+        return out, turns, tally
+    finally:
+        await rt.stop()
+
+
+def ask(
+    ctx: typer.Context,
+    document: Path = typer.Option(..., help="Plain-text file of any size; it becomes the REPL's `context`."),
+    question: str = typer.Option(..., help="What to ask about the document."),
+    base_url: str = typer.Option("http://127.0.0.1:8000", help="OpenAI-compatible server (vLLM) root, without /v1."),
+    model: str = typer.Option(None, help="Served model name, e.g. `fathom` from --lora-modules (default: the last listed)."),
+    max_turns: int = typer.Option(None, help="Root turns (default: env_server.max_turns)."),
+    config: str = CONFIG_OPTION,
+) -> None:
+    """Run one RLM episode over DOCUMENT and print the answer and the recursion tree."""
+    cfg = config_from(ctx, config)
+    if not document.is_file():
+        die(f"--document {str(document)!r} is not a file; pass a plain-text file")
+    text = document.read_bytes().decode("utf-8", errors="replace")
+    name, base = _served(base_url, model)
+    from rich.console import Console
+    from rich.tree import Tree
+
+    from fathom.entrypoints.stack import _Proc, free_port
+
+    port = free_port()
+    proxy_url = f"http://127.0.0.1:{port}"
+    logs = cfg.run_dir / "logs"
+    argv = [sys.executable, "-m", "fathom.entrypoints.cli", "proxy", "serve", "--config", config, *ctx.args,
+            "--capture_proxy.port", str(port), "--capture_proxy.upstream_url", base_url.rstrip("/"),
+            "--policy_server.served_model_name", base, "--policy_server.weight_sync", "merged"]
+    proxy = _Proc("capture proxy", argv, logs / "ask-proxy.log", f"{proxy_url}/healthz")
+    console = Console()
+    try:
+        proxy.wait(60.0)
+        eprint(f"asking {name} (on {base} at {base_url}) about {document} ({len(text):,} characters)")
+        out, turns, tally = asyncio.run(_episode(cfg, proxy_url, name, question, text, max_turns or cfg.env_server.max_turns))
+    except asyncio.TimeoutError:
+        die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")
+    except Exception as e:  # proxy, engine or sandbox failure: say which and stop
+        die(f"the episode failed: {e}")
+    finally:
+        proxy.stop()
+    tree = Tree(f"[bold]{question}[/]")
+    _tree(turns, tree)
+    console.print(tree)
+    console.print(f"stop: {out.stop_reason}; {tally.tokens} tokens; {tally.subcalls} llm() calls")
+    if out.answer is None:
+        console.print("[red]no answer[/] (the model did not call FINAL)")
+        raise typer.Exit(1)
+    print(out.answer)

@@ -1,0 +1,52 @@
+"""`fathom ask` over a plain-text file, against a served model (the scripted upstream plays one)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fathom import tasks
+from tests.integration.env_server_stack import FATHOM, ROOT, Proc
+from tests.ports import free_port
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    port = free_port()
+    p = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port)],
+             tmp_path_factory.mktemp("ask") / "scripted.log")
+    try:
+        p.wait_http(f"http://127.0.0.1:{port}/health")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        p.stop()
+
+
+def ask(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", "ask", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env=os.environ)
+
+
+def test_ask_answers_with_the_recursion_tree(upstream, tmp_path):
+    task = tasks.get_task("needle-64k-s1000003")
+    doc = tmp_path / "doc.txt"
+    doc.write_text(task.context)
+    r = ask("--document", str(doc), "--question", task.question, "--base-url", upstream)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == task.gold.answer
+    assert "llm() depth 1" in r.stdout and "FINAL" in r.stdout  # the tree: sub-calls under the root turn
+    assert "65,536 characters" in r.stderr
+
+
+def test_ask_names_a_bad_server_or_model(upstream, tmp_path):
+    doc = tmp_path / "doc.txt"
+    doc.write_text("hello")
+    r = ask("--document", str(doc), "--question", "q", "--base-url", f"http://127.0.0.1:{free_port()}")
+    assert r.returncode != 0 and "no OpenAI-compatible model server" in r.stderr
+    r = ask("--document", str(doc), "--question", "q", "--base-url", upstream, "--model", "nope")
+    assert r.returncode != 0 and "'nope' is not served" in r.stderr
+    r = ask("--document", str(tmp_path / "missing.txt"), "--question", "q", "--base-url", upstream)
+    assert r.returncode != 0 and "is not a file" in r.stderr

