@@ -4,14 +4,14 @@
 
 The document goes into a local sandbox as `context` (any size: the model only sees what its code
 prints). Model calls go through a capture proxy started for this one episode (an eval session pinned
-to `--model`), so the harness runs exactly as in training and evaluation.
+to `--model`), so the harness runs exactly as in training and evaluation: on the token path when the
+server tokenizes (vLLM's `/tokenize`) and the model's tokenizer is at hand, on the chat path otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -37,6 +37,29 @@ def _served(base_url: str, model: str | None) -> tuple[str, str]:
     return model, names[model].get("parent") or model
 
 
+def _token_path(base_url: str, base: str, tokenizer: str | None) -> tuple[str | None, str]:
+    """(tokenizer directory or None for the chat path, why). The token path needs the server's `/tokenize`
+    and the served model's own tokenizer: `--tokenizer`, or the base model's name resolved on this machine."""
+    import httpx
+
+    from fathom.config.model import ModelConfig
+    from fathom.policy_server.models import ModelError, resolve_model
+
+    probe = {"model": base, "messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True}
+    try:
+        takes_tokens = httpx.post(f"{base_url.rstrip('/')}/tokenize", json=probe, timeout=10).status_code == 200
+    except httpx.HTTPError:
+        takes_tokens = False
+    if not takes_tokens:
+        return None, "chat path: the server has no /tokenize"
+    if tokenizer:
+        return tokenizer, f"token path, tokenizer {tokenizer}"
+    try:
+        return str(resolve_model(ModelConfig(name=base), local_only=True)), f"token path, tokenizer of {base}"
+    except ModelError:
+        return None, f"chat path: no local tokenizer for {base!r} (pass --tokenizer DIR for the token path)"
+
+
 def _tree(turns, node) -> None:
     for t in turns:
         code = " | ".join(c.strip().splitlines()[0][:60] for c in t.code_blocks if c.strip()) or "(no code)"
@@ -52,8 +75,7 @@ def _tree(turns, node) -> None:
 
 
 async def _episode(cfg, proxy_url: str, model: str, question: str, document: str, max_turns: int):
-    from fathom.env_server.server.episodes import resolve_limits
-    from fathom.env_server.server.harness import Harness, Tally
+    from fathom.env_server.server.episode_core import build_harness, resolve_limits
     from fathom.env_server.server.llm_bridge import ProxyClient
     from fathom.env_server.server.runtime import Runtime
     from fathom.protocol import EpisodeLimits, Sampling, SessionCreate
@@ -66,9 +88,8 @@ async def _episode(cfg, proxy_url: str, model: str, question: str, document: str
         sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
         proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling, model=model),
                                        es.proxy_timeout_s)
-        tally = Tally(limits=limits, deadline=time.monotonic() + limits.wall_clock_s)
-        harness = Harness(cfg=es, pool=rt.pool, executor=rt.executor_for, output_cap=cfg.sandbox.output_cap_chars,
-                          proxy=proxy, tally=tally, sampling=sampling)
+        harness = build_harness(rt, limits, proxy, sampling)
+        tally = harness.tally
         turns: list = []
         out = await asyncio.wait_for(harness.run_loop(question, document, depth=0, parent=None,
                                                       max_turns=limits.max_turns, turns=turns), limits.wall_clock_s)
@@ -84,6 +105,8 @@ def ask(
     base_url: str = typer.Option("http://127.0.0.1:8000", help="OpenAI-compatible server (vLLM) root, without /v1."),
     model: str = typer.Option(None, help="Served model name, e.g. `fathom` from --lora-modules (default: the last listed)."),
     max_turns: int = typer.Option(None, help="Root turns (default: env_server.max_turns)."),
+    tokenizer: str = typer.Option(None, help="Directory of the served model's tokenizer (token path); default: the "
+                                             "base model's name resolved locally, else the chat path."),
     config: str = CONFIG_OPTION,
 ) -> None:
     """Run one RLM episode over DOCUMENT and print the answer and the recursion tree."""
@@ -92,6 +115,9 @@ def ask(
         die(f"--document {str(document)!r} is not a file; pass a plain-text file")
     text = document.read_bytes().decode("utf-8", errors="replace")
     name, base = _served(base_url, model)
+    tokenizer_dir, path_note = _token_path(base_url, base, tokenizer)
+    cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
+    cfg.env_server.tokenizer = tokenizer_dir or ""
     from rich.console import Console
     from rich.tree import Tree
 
@@ -99,6 +125,7 @@ def ask(
 
     port = free_port()
     proxy_url = f"http://127.0.0.1:{port}"
+    cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this proxy's engine at start
     logs = cfg.run_dir / "logs"
     argv = [sys.executable, "-m", "fathom.entrypoints.cli", "proxy", "serve", "--config", config, *ctx.args,
             "--capture_proxy.port", str(port), "--capture_proxy.upstream_url", base_url.rstrip("/"),
@@ -107,7 +134,7 @@ def ask(
     console = Console()
     try:
         proxy.wait(60.0)
-        eprint(f"asking {name} (on {base} at {base_url}) about {document} ({len(text):,} characters)")
+        eprint(f"asking {name} (on {base} at {base_url}, {path_note}) about {document} ({len(text):,} characters)")
         out, turns, tally = asyncio.run(_episode(cfg, proxy_url, name, question, text, max_turns or cfg.env_server.max_turns))
     except asyncio.TimeoutError:
         die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")

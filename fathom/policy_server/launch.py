@@ -108,8 +108,10 @@ def server_env(ps: PolicyServerConfig, device: str) -> dict[str, str]:
     env = {"VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
     if dev_mode(ps):
         env["VLLM_SERVER_DEV_MODE"] = "1"
-    if ps.enable_lora and ps.weight_sync == "adapter":
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"  # /v1/load_lora_adapter and unload
+    if ps.enable_lora:
+        # /v1/load_lora_adapter and unload: adapter sync loads each policy version; under merged sync the
+        # evaluator and the checkpoint watcher still hot-load adapters to score them.
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(ps.cpu_kvcache_gb)
         env["VLLM_TARGET_DEVICE"] = "cpu"

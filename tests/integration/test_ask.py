@@ -13,10 +13,12 @@ from tests.integration.env_server_stack import FATHOM, ROOT, Proc
 from tests.ports import free_port
 
 
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
+@pytest.fixture(scope="module", params=["chat", "tokens"])
+def upstream(request, tmp_path_factory, tiny_model_dir):
+    """The scripted model; with a tokenizer it also takes token-id prompts and answers /tokenize, like vLLM."""
     port = free_port()
-    p = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port)],
+    extra = ["--tokenizer", str(tiny_model_dir)] if request.param == "tokens" else []
+    p = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port), *extra],
              tmp_path_factory.mktemp("ask") / "scripted.log")
     try:
         p.wait_http(f"http://127.0.0.1:{port}/health")
@@ -30,12 +32,15 @@ def ask(*args: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=300, env=os.environ)
 
 
-def test_ask_answers_with_the_recursion_tree(upstream, tmp_path):
+def test_ask_answers_with_the_recursion_tree(upstream, tmp_path, tiny_model_dir, request):
     task = tasks.get_task("needle-64k-s1000003")
     doc = tmp_path / "doc.txt"
     doc.write_text(task.context)
-    r = ask("--document", str(doc), "--question", task.question, "--base-url", upstream)
+    r = ask("--document", str(doc), "--question", task.question, "--base-url", upstream,
+            "--tokenizer", str(tiny_model_dir))
     assert r.returncode == 0, r.stderr[-2000:]
+    tokens = request.node.callspec.params["upstream"] == "tokens"
+    assert ("token path, tokenizer" in r.stderr) == tokens and ("chat path: the server has no /tokenize" in r.stderr) != tokens
     assert r.stdout.strip().splitlines()[-1] == task.gold.answer
     assert "llm() depth 1" in r.stdout and "FINAL" in r.stdout  # the tree: sub-calls under the root turn
     assert "65,536 characters" in r.stderr

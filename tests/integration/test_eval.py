@@ -35,7 +35,8 @@ def stack(tmp_path_factory):
 @pytest.fixture(scope="module")
 def report(stack, tmp_path_factory):
     """A paired report from real episodes: `base` plays no_tools (wrong), `adapter` recursive (correct, with sub-calls)."""
-    sampling, limits = Sampling(temperature=0.0, max_tokens=512), EpisodeLimits(max_depth=2)
+    # Reference programs of aggregate and pairs reach ~750 tokens of a real tokenizer (the token path).
+    sampling, limits = Sampling(temperature=0.0, max_tokens=1024), EpisodeLimits(max_depth=2)
     targets = [EvalTarget(stack.env_url, stack.proxy_url, "fathom-base", "base"),
                EvalTarget(stack.env_url, stack.proxy_url, "fathom-base", "adapter")]
     episodes = {}

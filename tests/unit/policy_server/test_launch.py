@@ -47,7 +47,11 @@ def test_cpu_command_has_what_the_pipeline_needs():
 def test_dev_mode_only_when_the_weight_sync_needs_it():
     cfg = _cfg("--policy_server.device", "cpu", "--policy_server.weight_sync", "merged")
     _, env = build_command(cfg.policy_server, cfg.model, "/m")
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    # Eval and the checkpoint watcher hot-load adapters under merged sync too.
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.weight_sync", "merged", "--policy_server.enable_lora",
+               "false")
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in build_command(cfg.policy_server, cfg.model, "/m")[1]
     for setting, want in (("on", True), ("off", False)):
         cfg = _cfg("--policy_server.device", "cpu", "--policy_server.dev_mode", setting)
         assert ("VLLM_SERVER_DEV_MODE" in build_command(cfg.policy_server, cfg.model, "/m")[1]) is want
