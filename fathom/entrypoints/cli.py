@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints import config_cmd, demo_cmd, doctor_cmd, env_cmd, model_cmd, policy_cmd, proxy_cmd, tasks_cmd
+from fathom.entrypoints import config_cmd, demo_cmd, doctor_cmd, env_cmd, model_cmd, policy_cmd, proxy_cmd, tasks_cmd, train_cmd
 
 app = typer.Typer(
     name="fathom",
@@ -25,6 +25,7 @@ app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(config_cmd.app, name="config")
 app.command("doctor")(doctor_cmd.doctor)
 app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
+train_cmd.register(app)
 
 
 if __name__ == "__main__":
