@@ -33,8 +33,9 @@ class TrainerConfig(FathomModel):
     num_generations: int = Field(8, ge=2)
     """GRPO group size: rollouts per task (every one gets the same task, picked by the group id)."""
 
-    max_staleness: int = Field(4, ge=0)
-    """Policy versions a rollout may lag the trainer and still be trained on; 0 makes training synchronous."""
+    max_staleness: int = Field(2, ge=0)
+    """Policy versions a rollout may lag the trainer and still be trained on; 0 makes training synchronous.
+    Production sets 4 (merged sync); under adapter sync vLLM must hold max_staleness + 2 adapters."""
 
     max_steps: int = Field(10, gt=0)
     """Optimizer steps for the run."""

@@ -1,5 +1,12 @@
 """TRL's AsyncGRPOTrainer with three additions: the trainer/sampler mismatch metric, atomic checkpoints, and
-(for tests) a record of every trained token id."""
+(for tests) a record of every trained token id.
+
+Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
+with. Off-policy samples differ by the policy update, which is drift, not mismatch; they are logged apart
+as `offpolicy/abs_ratio_minus_1`. Even at max_staleness 0 most are off-policy after step 1: accelerate's
+dispatcher forms the next batch while the current one trains (measured: the step-2 batch was read at
+version 1 and trained at version 2), and the token-budget batcher carries one sample over each boundary.
+"""
 
 from __future__ import annotations
 
@@ -16,11 +23,43 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer
 STAGING = ".staging"
 
 
+class _VersionTap:
+    """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read."""
+
+    def __init__(self, queue: Any, versions: dict[int, int]):
+        self.queue, self.versions = queue, versions
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        sample = self.queue.get(*args, **kwargs)
+        self.versions[hash(tuple(sample.input_ids))] = sample.model_version
+        return sample
+
+    def qsize(self) -> int:
+        return self.queue.qsize()
+
+
 class FathomGRPOTrainer(AsyncGRPOTrainer):
     record_trained_path: str | None = None
     """When set, each micro-batch's trained token runs (completion_mask = 1) are appended here as JSON lines."""
 
     _staging = False
+
+    def get_train_dataloader(self):
+        loader = super().get_train_dataloader()
+        self._sample_versions: dict[int, int] = {}
+        if self._rollout_dataset is not None:
+            self._rollout_dataset.queue = _VersionTap(self._rollout_dataset.queue, self._sample_versions)
+        return loader
+
+    def _on_policy_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Per packed token: was its sample drawn from the policy the trainer holds now."""
+        starts = (pos == 0).nonzero().flatten().tolist() + [len(ids)]
+        on = torch.zeros(len(ids), dtype=torch.bool)
+        versions = getattr(self, "_sample_versions", {})
+        for a, b in zip(starts[:-1], starts[1:]):
+            v = versions.pop(hash(tuple(ids[a:b].tolist())), None)
+            on[a:b] = v == self.model_version
+        return on
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         seen: list[torch.Tensor] = []
@@ -44,12 +83,16 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
         """Mean |exp(trainer logprob - sampler logprob) - 1| over trained tokens, with the same shift and padding
         strip as TRL's loss; the sampler logprob is vLLM's, carried through the capture."""
         keep = inputs["attention_mask"].bool()
-        old = inputs["old_log_probs"][keep].unsqueeze(0)[:, 1:]
-        mask = inputs["completion_mask"][keep].unsqueeze(0)[:, 1:] > 0
-        if mask.any():
-            ratio = torch.exp(log_probs.float() - old.float())[mask]
-            self._metrics["train"]["mismatch/abs_ratio_minus_1"].append((ratio - 1).abs().mean().item())
-            self._metrics["train"]["mismatch/abs_ratio_minus_1_max"].append((ratio - 1).abs().max().item())
+        old = inputs["old_log_probs"][keep][1:].cpu()
+        trained = (inputs["completion_mask"][keep][1:] > 0).cpu()
+        on = self._on_policy_tokens(inputs["input_ids"][keep].cpu(), inputs["position_ids"][keep].cpu())[1:]
+        dev = (torch.exp(log_probs[0].float().cpu() - old.float()) - 1).abs()
+        for name, sel in (("mismatch", trained & on), ("offpolicy", trained & ~on)):
+            if sel.any():
+                self._metrics["train"][f"{name}/abs_ratio_minus_1"].append(dev[sel].mean().item())
+                self._metrics["train"][f"{name}/abs_ratio_minus_1_max"].append(dev[sel].max().item())
+        self._metrics["train"]["mismatch/on_policy_token_frac"].append((float((trained & on).sum()),
+                                                                        float(trained.sum().clamp(min=1))))
 
     def _record_trained(self, inputs: dict[str, Any]) -> None:
         ids, mask = inputs["input_ids"], inputs["completion_mask"]
