@@ -33,10 +33,11 @@ class WeightSyncError(RuntimeError):
 class MergedSync:
     """Pause/resume on vLLM's dev API, prefix-cache reset, and the proxy version report."""
 
-    def __init__(self, *, vllm_url: str, proxy_url: str | None, timeout_s: float = 600.0):
+    def __init__(self, *, vllm_url: str, proxy_url: str | None, timeout_s: float = 600.0,
+                 http: httpx.Client | None = None):
         self.vllm_url, self.proxy_url = vllm_url.rstrip("/"), (proxy_url or "").rstrip("/")
         self.timeout_s = timeout_s
-        self.http = httpx.Client(timeout=timeout_s)
+        self.http = http or httpx.Client(timeout=timeout_s)
         self.trainer: Any = None
         self.sync_seconds: list[float] = []
         self._t0 = 0.0
