@@ -47,6 +47,7 @@ def train(
         checkpoint = latest_checkpoint(cfg.run_dir)
         if checkpoint is None:
             die(f"--resume: run directory {str(cfg.run_dir)!r} has no checkpoint-N; start without --resume")
+        typer.echo(f"resuming from {checkpoint}")
     write_resolved(cfg)
     try:
         run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,

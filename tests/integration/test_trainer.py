@@ -50,25 +50,31 @@ def hf_logprobs(model) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_model_dir, tmp_path_factory):
-    from fathom.trainer.build import Endpoints, build_trainer
-
+def servers(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
     model_dir = eos_boosted_tiny(tiny_model_dir, tmp / "tiny-eos")
-    with own_vllm(model_dir, tmp / "vllm") as vllm_url, merged_stack(tmp, vllm_url, "fathom-base") as stack:
-        cfg = train_config(model_dir, stack, tmp / "runs" / "two-steps")
-        run = build_trainer(cfg, model_path=str(model_dir), progress=False,
-                            endpoints=Endpoints(stack.vllm_url, stack.proxy_url, stack.env_url),
-                            task_ids=[BAD_TASK] + training_task_ids(64, 1024))
-        run.trainer.record_trained_path = str(run.run_dir / "trained_tokens.jsonl")
-        old_session = httpx.post(f"{stack.proxy_url}/sessions", json={}, timeout=30).json()
-        before = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
-        run.trainer.train()
-        after = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
-        merged = run.trainer.model.merge_and_unload()
-        yield {"run": run, "stack": stack, "before": before, "after": after, "old_session": old_session,
-               "served": served_logprobs(stack.vllm_url, stack.served_model), "merged_lp": hf_logprobs(merged),
-               "base_lp": hf_logprobs(_load(model_dir))}
+    with own_vllm(model_dir, tmp / "vllm-log") as vllm_url, merged_stack(tmp, vllm_url, "fathom-base") as stack:
+        yield model_dir, stack, tmp
+
+
+@pytest.fixture(scope="module")
+def trained(servers):
+    from fathom.trainer.build import Endpoints, build_trainer
+
+    model_dir, stack, tmp = servers
+    cfg = train_config(model_dir, stack, tmp / "runs" / "two-steps")
+    run = build_trainer(cfg, model_path=str(model_dir), progress=False,
+                        endpoints=Endpoints(stack.vllm_url, stack.proxy_url, stack.env_url),
+                        task_ids=[BAD_TASK] + training_task_ids(64, 1024))
+    run.trainer.record_trained_path = str(run.run_dir / "trained_tokens.jsonl")
+    old_session = httpx.post(f"{stack.proxy_url}/sessions", json={}, timeout=30).json()
+    before = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
+    run.trainer.train()
+    after = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
+    merged = run.trainer.model.merge_and_unload()
+    yield {"run": run, "stack": stack, "before": before, "after": after, "old_session": old_session,
+           "served": served_logprobs(stack.vllm_url, stack.served_model), "merged_lp": hf_logprobs(merged),
+           "base_lp": hf_logprobs(_load(model_dir))}
 
 
 def _load(path):
@@ -158,3 +164,54 @@ def test_failed_episode_is_unscorable_and_training_went_on(trained):
     bad = [r for r in _rollouts(run) if r.get("task_id") == BAD_TASK]
     assert bad and all(r["unscorable"] and r["reward"] is None for r in bad)
     assert run.trainer.state.global_step == 2
+
+
+def test_resume_after_kill_continues_step_count_adapter_and_optimizer(servers, trained):
+    """`fathom train` killed (whole process group, like a lost machine) after its first checkpoint; `--resume`
+    picks up that checkpoint and finishes. Runs after the two-step run, on the same servers."""
+    import os
+    import signal
+    import time
+
+    from tests.integration.env_server_stack import FATHOM, Proc
+
+    model_dir, stack, tmp = servers
+    run_dir = tmp / "runs" / "resume"
+    cfg = tmp / "resume.toml"
+    cfg.write_text(
+        f'run_name = "resume"\noutput_dir = "{run_dir.parent}"\n[model]\nname = "{model_dir}"\n'
+        f'[policy_server]\nweight_sync = "merged"\nenable_lora = false\n[env_server]\nmax_turns = 2\n'
+        f'sub_rlm_max_turns = 2\n[trainer]\nnum_generations = 4\nmax_staleness = 1\nmax_steps = 3\n'
+        f'max_completion_tokens = 32\nlearning_rate = 1e-3\nsave_steps = 1\nsave_total_limit = 5\n'
+        f'train_split_size = 64\ntrain_max_length = 1024\n[trainer.lora]\nrank = 8\nalpha = 16\n')
+    args = [FATHOM, "train", "--config", str(cfg), "--vllm-url", stack.vllm_url, "--proxy-url", stack.proxy_url,
+            "--env-url", stack.env_url, "--no-progress"]
+    first = Proc("trainer", args, tmp / "train1.log")
+    try:
+        deadline = time.monotonic() + 600
+        while not (run_dir / "checkpoint-1").exists():
+            assert first.p.poll() is None, (tmp / "train1.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint-1 within 600 s"
+            time.sleep(0.5)
+        os.killpg(first.p.pid, signal.SIGKILL)
+        first.p.wait(timeout=30)
+    finally:
+        first.stop()
+    done_before = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*"))
+    second = Proc("trainer", args + ["--resume"], tmp / "train2.log")
+    try:
+        assert second.p.wait(timeout=900) == 0, (tmp / "train2.log").read_text()[-3000:]
+    finally:
+        second.stop()
+    log2 = (tmp / "train2.log").read_text()
+    state = json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    resumed_from = done_before[-1]
+    assert f"checkpoint-{resumed_from}" in log2
+    steps2 = [json.loads(x)["step"] for x in (tmp / "runs" / "resume" / "metrics.jsonl").read_text().splitlines()]
+    # the second process logged only the steps after its checkpoint: nothing before it was redone
+    assert steps2[-1] == 3 and steps2.count(1) == 1
+    ckpt = run_dir / f"checkpoint-{resumed_from}"
+    assert (ckpt / "optimizer.pt").is_file() and (ckpt / "adapter_model.safetensors").is_file()
+    rollout_state = json.loads((ckpt / "rollout_state.json").read_text())
+    assert rollout_state["model_version"] >= 1
