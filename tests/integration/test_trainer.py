@@ -166,6 +166,7 @@ def test_failed_episode_is_unscorable_and_training_went_on(trained):
     assert run.trainer.state.global_step == 2
 
 
+@pytest.mark.slow  # two more trainer processes: about 3.5 minutes on 2 cores
 def test_resume_after_kill_continues_step_count_adapter_and_optimizer(servers, trained):
     """`fathom train` killed (whole process group, like a lost machine) after its first checkpoint; `--resume`
     picks up that checkpoint and finishes. Runs after the two-step run, on the same servers."""
