@@ -137,6 +137,10 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
                       target_modules=list(t.lora.target_modules), task_type="CAUSAL_LM")
     trainer = FathomGRPOTrainer(model=model_path, args=args, train_dataset=dataset, processing_class=tokenizer,
                                 callbacks=callbacks, peft_config=lora, rollout_worker=worker, weight_transfer=transfer)
+    # disable_tqdm makes transformers print every log dict instead; metrics.jsonl and the rich bar cover it
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     if transfer is not None:
         transfer.bind(trainer)
     return Run(trainer=trainer, transfer=transfer, watchdog=watchdog, metrics=metrics, run_dir=run_dir,

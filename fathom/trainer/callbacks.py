@@ -15,8 +15,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from fathom.rollout_worker.rewards import read_new, summarize
-
 log = logging.getLogger(__name__)
 
 WATCHDOG_EXIT = 3
@@ -34,6 +32,9 @@ class MetricsJsonl(TrainerCallback):
         self.last: dict[str, Any] = {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        # imported here: the rollout worker package pulls in OpenEnv (gradio, ~5 s), which the watchdog never needs
+        from fathom.rollout_worker.rewards import read_new, summarize
+
         records, self.offset = read_new(self.rollouts_path, self.offset)
         row: dict[str, Any] = {"step": state.global_step, "time": time.time()}
         for k, v in (logs or {}).items():
