@@ -8,7 +8,7 @@ STAMPS  := .stamps
 FATHOM  := $(VENV)/bin/fathom
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-all bench clean
+.PHONY: setup demo test test-unit test-all bench clean trainer-gpu-env
 
 setup: $(STAMPS)/venv $(STAMPS)/vllm $(STAMPS)/system
 
@@ -53,6 +53,14 @@ $(STAMPS)/system:
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || $(call require_or_warn,chromium)
 	command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck) || $(call require_or_warn,shellcheck)
 	touch $@
+
+# The GPU trainer's environment (HF Jobs image): vLLM for TRL's NCCL weight transfer, without its dependencies,
+# because vLLM 0.32 wants mcp>=2 and OpenEnv's fastmcp wants mcp<2. The five extras are what the weight-transfer
+# imports need (fathom/trainer/gpu_env.py); the last line checks both import in one process.
+trainer-gpu-env: $(STAMPS)/venv
+	$(VENV)/bin/pip install -q --no-deps 'vllm==0.32.0'
+	$(VENV)/bin/pip install -q pyzmq cbor2 aiohttp openai-harmony pybase64
+	$(VENV)/bin/python -m fathom.trainer.gpu_env
 
 demo: setup
 	$(FATHOM) demo --config configs/smoke.toml

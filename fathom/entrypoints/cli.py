@@ -9,8 +9,19 @@ from __future__ import annotations
 import typer
 
 from fathom.entrypoints import (
-    ask_cmd, config_cmd, demo_cmd, doctor_cmd, env_cmd, eval_cmd, eval_watch_cmd, export_cmd, model_cmd, policy_cmd, proxy_cmd,
+    ask_cmd,
+    config_cmd,
+    demo_cmd,
+    doctor_cmd,
+    env_cmd,
+    eval_cmd,
+    eval_watch_cmd,
+    export_cmd,
+    model_cmd,
+    policy_cmd,
+    proxy_cmd,
     tasks_cmd,
+    train_cmd,
 )
 
 app = typer.Typer(
@@ -32,6 +43,7 @@ app.command("doctor")(doctor_cmd.doctor)
 app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
 app.command("export")(export_cmd.export)
 app.command("ask", context_settings=eval_cmd.OVERRIDE_SETTINGS)(ask_cmd.ask)
+train_cmd.register(app)
 
 
 if __name__ == "__main__":

@@ -65,9 +65,12 @@ def test_missing_and_broken_files_name_the_file(tmp_path):
     [
         (["--server_model.name", "other/model"], ["server_model.name", "model.name"]),
         (["--server_model.name", "embedded", "--server_model.dtype", "bfloat16"], ["server_model.dtype", "model.dtype"]),
-        (["--trainer.lora.rank", "32"], ["trainer.lora.rank", "policy_server.max_lora_rank"]),
-        (["--policy_server.max_loras", "3", "--trainer.max_staleness", "2"], ["policy_server.max_loras", "trainer.max_staleness"]),
-        (["--policy_server.enable_lora", "false"], ["policy_server.weight_sync", "policy_server.enable_lora"]),
+        (["--policy_server.enable_lora", "true", "--trainer.lora.rank", "32"],
+         ["trainer.lora.rank", "policy_server.max_lora_rank"]),
+        (["--policy_server.enable_lora", "true", "--policy_server.weight_sync", "adapter",
+          "--policy_server.max_loras", "3", "--trainer.max_staleness", "2"],
+         ["policy_server.max_loras", "trainer.max_staleness"]),
+        (["--policy_server.weight_sync", "adapter"], ["policy_server.weight_sync", "policy_server.enable_lora"]),
     ],
 )
 def test_cross_checks_reject_bad_combinations_naming_both_fields(overrides, fields):
@@ -95,3 +98,11 @@ def test_every_field_is_documented():
 
     walk(FathomConfig, "")
     assert missing == []
+
+
+def test_both_shipped_configs_sync_merged_weights():
+    for name in ("smoke.toml", "qwen1.5b-a100.toml"):
+        assert load_config(ROOT / "configs" / name).policy_server.weight_sync == "merged"
+    prod = load_config(ROOT / "configs/qwen1.5b-a100.toml").trainer
+    assert (prod.lora.rank, prod.lora.alpha, prod.num_generations, prod.max_staleness, prod.temperature) == (16, 32, 8, 4, 1.0)
+    assert set(prod.lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}

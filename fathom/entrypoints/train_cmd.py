@@ -1,0 +1,83 @@
+"""`fathom train` and `fathom plot`: async GRPO against running servers, and charts of a run.
+
+Safe to re-import: TRL's rollout worker is a spawned child that re-imports `__main__`, so nothing here runs
+at import time, and heavy modules load inside the commands.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+
+EXIT_WATCHDOG = 3
+
+
+def train(
+    ctx: typer.Context,
+    config: str = CONFIG_OPTION,
+    resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's newest checkpoint."),
+    vllm_url: str = typer.Option(None, help="Policy server root (default: policy_server.host:port)."),
+    proxy_url: str = typer.Option(None, help="Capture proxy root (default: capture_proxy.host:port)."),
+    env_url: str = typer.Option(None, help="Env server root (default: env_server.host:port)."),
+    progress: bool = typer.Option(True, help="Show a rich progress bar."),
+) -> None:
+    """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
+    cfg = config_from(ctx, config)
+    import logging
+
+    from fathom.config import write_resolved
+    from fathom.policy_server.models import ModelError, resolve_model
+    from fathom.rollout_worker.dataset import training_task_ids
+    from fathom.trainer.build import Endpoints, build_trainer, latest_checkpoint
+    from fathom.trainer.callbacks import WATCHDOG_EXIT
+    from fathom.trainer.cpu_compat import TrlVersionError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
+    eps = Endpoints(vllm_url=vllm_url or f"http://{ps.host}:{ps.port}",
+                    proxy_url=proxy_url or f"http://{pc.host}:{pc.port}",
+                    env_url=env_url or f"http://{es.host}:{es.port}")
+    try:
+        model_path = resolve_model(cfg.model)
+    except ModelError as e:
+        die(str(e))
+    checkpoint = None
+    if resume:
+        checkpoint = latest_checkpoint(cfg.run_dir)
+        if checkpoint is None:
+            die(f"--resume: run directory {str(cfg.run_dir)!r} has no checkpoint-N; start without --resume")
+        typer.echo(f"resuming from {checkpoint}")
+    write_resolved(cfg)
+    try:
+        run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
+                            task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length))
+    except TrlVersionError as e:
+        die(str(e))
+    try:
+        run.trainer.train(resume_from_checkpoint=checkpoint)
+    except KeyboardInterrupt:
+        if run.watchdog.tripped:
+            die(run.watchdog.tripped, WATCHDOG_EXIT)
+        raise
+    finally:
+        run.watchdog.stop()
+    run.trainer.save_model(str(run.run_dir / "final"))
+    typer.echo(f"done: {run.trainer.state.global_step} steps; metrics in {run.run_dir / 'metrics.jsonl'}")
+
+
+def plot(run_dir: str = typer.Argument(..., help="A run directory holding metrics.jsonl.")) -> None:
+    """Write PNG charts of reward and its components, loss, KL, entropy, mismatch, lengths, sub-calls, sync time."""
+    from fathom.trainer.plot import PlotError, plot_run
+
+    try:
+        paths = plot_run(run_dir)
+    except PlotError as e:
+        die(str(e))
+    for p in paths:
+        typer.echo(str(p))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train", context_settings=OVERRIDE_SETTINGS)(train)
+    app.command("plot")(plot)

@@ -1,0 +1,25 @@
+"""The training dataset: one row per task, its prompt column holding the task id as a user message.
+
+TRL's worker passes the prompt to `FathomSessionFactory.create` as `task`, and runs `num_generations`
+rollouts of each row as one GRPO group, so every generation of a group gets the same task.
+"""
+
+from __future__ import annotations
+
+from fathom.tasks.record import make_id
+from fathom.tasks.splits import plan
+
+
+def training_task_ids(n: int, max_length: int | None = None) -> list[str]:
+    """The first `n` tasks of the train split's plan (families round-robin), at most `max_length` characters."""
+    rows = plan("train", n)
+    ids = [make_id(family, seed, length) for family, seed, length in rows if max_length is None or length <= max_length]
+    if not ids:
+        raise ValueError(f"no training task has a context of at most {max_length} characters; "
+                         "raise trainer.train_max_length (train lengths are 1k..128k)")
+    return ids
+
+
+def prompt_rows(task_ids: list[str]) -> dict[str, list]:
+    """Columns for `datasets.Dataset.from_dict`: the prompt column TRL reads, plus the id for logging."""
+    return {"prompt": [[{"role": "user", "content": t}] for t in task_ids], "task_id": list(task_ids)}

@@ -1,0 +1,84 @@
+"""TRL's rollout reward function: forward the env server's reward, log every component.
+
+TRL calls it in the spawned rollout child, right after `verify()` on the same thread, with an outcome that
+holds only the total. The components come from the episode result `verify()` read; each rollout becomes
+one line of `rollouts.jsonl` in the run directory, which the trainer's metrics callback folds into
+`metrics.jsonl` per step (the child has no other channel to the trainer's log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fathom.rollout_worker.session import episode_metrics, last_verified
+
+_lock = threading.Lock()
+
+
+class RolloutLog:
+    """Appends one JSON line per rollout; picklable (a path), so it crosses into the spawned child."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps({"time": time.time(), "pid": os.getpid(), **record}, default=str) + "\n"
+        with _lock, open(self.path, "a") as fh:  # one write of one line: concurrent appenders never interleave
+            fh.write(line)
+
+    def failure(self, *, episode_id: str, task_id: str, group: int | None, error: str) -> None:
+        """A rollout that never started (proxy or env server refused it): unscorable."""
+        self.write({"episode_id": episode_id, "task_id": task_id, "group": group, "unscorable": True,
+                    "status": "error", "error": error[:500], "reward": None})
+
+
+class EnvReward:
+    """`rollout_reward_fn` for TRL: returns `outcome.env_reward` unchanged (None stays None) and logs components."""
+
+    __name__ = "env_reward"
+
+    def __init__(self, log: RolloutLog | None):
+        self.log = log
+
+    def __call__(self, outcome: Any) -> float | None:
+        res = last_verified()
+        if self.log is not None and res is not None:
+            self.log.write({"episode_id": res.episode_id, "task_id": res.task_id, "session_id": res.session_id,
+                            "group": res.metadata.get("group"), "reward": outcome.env_reward,
+                            "timed_out": bool(outcome.timed_out), "error": res.error, **episode_metrics(res)})
+        return outcome.env_reward
+
+
+def read_new(path: str | Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Records appended since byte `offset`, and the new offset (a partial last line waits for the next read)."""
+    p = Path(path)
+    if not p.exists():
+        return [], offset
+    with open(p, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read()
+    end = data.rfind(b"\n") + 1
+    out = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+    return out, offset + end
+
+
+def summarize(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Means of reward components, turns and sub-calls over scorable rollouts, and the unscorable count."""
+    out: dict[str, float] = {"rollouts/count": float(len(records)),
+                             "rollouts/unscorable_total": float(sum(1 for r in records if r.get("unscorable")))}
+    scorable = [r for r in records if not r.get("unscorable")]
+    keys = sorted({k for r in scorable for k in r if k.startswith("reward/")})
+    for k in keys:
+        vals = [float(r[k]) for r in scorable if r.get(k) is not None]
+        if vals:
+            out[k] = sum(vals) / len(vals)
+    for k in ("turns", "subcalls", "llm_calls", "total_tokens", "wall_s"):
+        vals = [float(r[k]) for r in records if isinstance(r.get(k), (int, float))]
+        if vals:
+            out[f"episode/{k}_mean"] = sum(vals) / len(vals)
+    return out

@@ -1,0 +1,155 @@
+"""Wire one training run: TRL's AsyncGRPOTrainer + PEFT LoRA, our rollout worker, weight sync, callbacks.
+
+Heavy imports happen inside `build_trainer`, so entry points can parse their config first.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.config import FathomConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Endpoints:
+    vllm_url: str
+    """Policy server root (no /v1): weight sync and pause/resume."""
+    proxy_url: str
+    """Capture proxy root: sessions, traces, POST /policy/version."""
+    env_url: str
+    """Env server root: POST /episodes."""
+
+
+@dataclass
+class Run:
+    trainer: Any
+    transfer: Any
+    watchdog: Any
+    metrics: Any
+    run_dir: Path
+    rollouts_path: Path
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def eos_ids(model_path: str, tokenizer: Any) -> list[int]:
+    from transformers import GenerationConfig
+
+    ids: list[int] = []
+    try:
+        gen = GenerationConfig.from_pretrained(model_path).eos_token_id
+        ids = [gen] if isinstance(gen, int) else list(gen or [])
+    except OSError:
+        pass
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.insert(0, tokenizer.eos_token_id)
+    return ids
+
+
+def grpo_args(cfg: FathomConfig, run_dir: Path, vllm_url: str, *, cuda: bool) -> Any:
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    t = cfg.trainer
+    return AsyncGRPOConfig(
+        output_dir=str(run_dir),
+        learning_rate=t.learning_rate,
+        num_generations=t.num_generations,
+        max_staleness=t.max_staleness,
+        max_steps=t.max_steps,
+        temperature=t.temperature,
+        top_p=1.0,
+        top_k=0,
+        max_completion_length=t.max_completion_tokens,
+        max_tool_calling_iterations=cfg.env_server.max_turns,
+        token_budget=t.token_budget,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        per_device_train_batch_size=t.num_generations,
+        gradient_checkpointing=t.gradient_checkpointing,
+        bf16=t.autocast_bf16,
+        dtype=cfg.model.dtype,
+        max_inflight_tasks=t.max_inflight_rollouts if t.max_inflight_rollouts > 0
+        else t.num_generations * max(1, t.max_staleness),
+        save_strategy="steps",
+        save_steps=t.save_steps,
+        save_total_limit=t.save_total_limit,
+        logging_steps=1,
+        report_to=list(t.report_to) or "none",
+        disable_tqdm=True,
+        seed=t.seed,
+        vllm_server_base_url=vllm_url,
+        weight_sync_timeout=int(t.weight_sync_timeout_s),
+        heartbeat_stale_after_s=t.watchdog_s,
+        use_cpu=not cuda,
+    )
+
+
+def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, task_ids: list[str],
+                  run_dir: str | Path | None = None, progress: bool = True) -> Run:
+    """The trainer and its parts for `cfg`; `trainer.train()` (or `run.trainer.train(resume_from_checkpoint=...)`)
+    runs it. Refuses an installed TRL other than 1.15.0; on a machine without CUDA applies the CPU patches."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    from fathom.rollout_worker import build_worker
+    from fathom.rollout_worker.dataset import prompt_rows
+    from fathom.trainer import cpu_compat
+    from fathom.trainer.callbacks import HubPush, MetricsJsonl, RichProgress, Watchdog
+    from fathom.trainer.grpo import FathomGRPOTrainer
+    from fathom.trainer.weight_sync import DiskMergedSync, NcclMergedSync
+
+    cpu_compat.check_trl_version()
+    cuda = torch.cuda.is_available()
+    cpu_compat.apply()
+    t, ps = cfg.trainer, cfg.policy_server
+    run_dir = Path(run_dir or cfg.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rollouts_path = run_dir / "rollouts.jsonl"
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    dataset = Dataset.from_dict(prompt_rows(task_ids))
+    args = grpo_args(cfg, run_dir, endpoints.vllm_url, cuda=cuda)
+    worker = build_worker(
+        model_name=ps.served_model_name, dataset=dataset, tokenizer=tokenizer, eos_token_ids=eos_ids(model_path, tokenizer),
+        proxy_url=endpoints.proxy_url, env_url=endpoints.env_url, vllm_url=endpoints.vllm_url,
+        num_generations=t.num_generations, max_inflight=args.max_inflight_tasks, max_tokens=t.max_completion_tokens,
+        max_turns=cfg.env_server.max_turns, temperature=t.temperature, episode_timeout_s=t.episode_timeout_s,
+        rollouts_path=rollouts_path, metadata={"run": cfg.run_name})
+
+    transfer: Any = None
+    if ps.weight_sync == "merged":
+        common = {"vllm_url": endpoints.vllm_url, "proxy_url": endpoints.proxy_url, "timeout_s": t.weight_sync_timeout_s}
+        transfer = NcclMergedSync(**common) if cuda else DiskMergedSync(directory=run_dir / "merged", **common)
+    # adapter sync: transfer stays None and TRL publishes `trl-policy-vN` adapters through /v1/load_lora_adapter,
+    # which the proxy pins sessions to (capture_proxy.adapter_prefix).
+
+    watchdog = Watchdog(t.watchdog_s)
+    metrics = MetricsJsonl(run_dir, rollouts_path)
+    callbacks = [metrics, watchdog, RichProgress(t.max_steps, enabled=progress)]
+    if t.hub_repo:
+        callbacks.append(HubPush(t.hub_repo, run_dir))
+    lora = LoraConfig(r=t.lora.rank, lora_alpha=t.lora.alpha, lora_dropout=t.lora.dropout,
+                      target_modules=list(t.lora.target_modules), task_type="CAUSAL_LM")
+    trainer = FathomGRPOTrainer(model=model_path, args=args, train_dataset=dataset, processing_class=tokenizer,
+                                callbacks=callbacks, peft_config=lora, rollout_worker=worker, weight_transfer=transfer)
+    # disable_tqdm makes transformers print every log dict instead; metrics.jsonl and the rich bar cover it
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+    if transfer is not None:
+        transfer.bind(trainer)
+    return Run(trainer=trainer, transfer=transfer, watchdog=watchdog, metrics=metrics, run_dir=run_dir,
+               rollouts_path=rollouts_path)
+
+
+def latest_checkpoint(run_dir: str | Path) -> str | None:
+    """The newest complete checkpoint of a run (staging directories are never listed)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    d = Path(run_dir)
+    return get_last_checkpoint(str(d)) if d.is_dir() else None

@@ -1,0 +1,148 @@
+"""What TRL 1.15's AsyncGRPOTrainer needs to run without CUDA. Applied only when CUDA is absent.
+
+TRL assumes CUDA in three places (DESIGN.md, "Facts measured"):
+1. `attn_implementation="kernels-community/flash-attn3"` is hard-coded; on CPU we load with `sdpa`, which
+   handles TRL's padding-free rows because transformers builds a block-diagonal mask from the
+   `position_ids` resets when no attention mask is passed.
+2. `get_peak_flops_per_device` calls `torch.cuda`; on CPU it returns `CPU_PEAK_FLOPS`.
+3. The chunked log-prob kernel is Triton-only (and Triton is absent from CPU wheels); on CPU the fused
+   LM head calls `TorchChunkedLogProb`, the same signature and outputs in plain torch.
+A fourth guard is not about CUDA: `AsyncRolloutWorker` refuses to start without the `vllm` package,
+which only its default turn loop uses. Our loop-owning worker talks to the capture proxy, so on CPU,
+where vLLM lives in its own venv, that guard is answered for the worker module only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+TRL_VERSION = "1.15.0"
+
+CPU_PEAK_FLOPS = {"float32": 236e9, "bfloat16": 1409e9}
+"""Measured 2048x2048 matmul throughput of this machine kind's 2 cores (fp32 AVX-512, bf16 AMX); MFU divides by it."""
+
+TOKEN_CHUNK = 1024
+"""Tokens per log-prob tile: [1024, vocab] fp32 logits is 200 MB for a 49k vocabulary, recomputed in backward."""
+
+_applied = False
+
+
+class TrlVersionError(RuntimeError):
+    """The installed TRL is not the version whose internals this trainer patches and drives."""
+
+
+def check_trl_version() -> None:
+    import trl
+
+    if trl.__version__ != TRL_VERSION:
+        raise TrlVersionError(
+            f"FATHOM's trainer drives TRL {TRL_VERSION}'s AsyncGRPOTrainer internals, but TRL {trl.__version__} is "
+            f"installed; run `pip install trl=={TRL_VERSION}` (pyproject.toml pins it)")
+
+
+def _tile(hidden, weight, bias, targets, temperature, softcap, logit_scale, want_entropy):
+    logits = hidden @ weight.t()
+    if bias is not None:
+        logits = logits + bias
+    logits = logits.float() * logit_scale
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    logits = logits / temperature
+    log_z = torch.logsumexp(logits, dim=-1)
+    log_probs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    if not want_entropy:
+        return log_probs, log_probs.new_zeros(())
+    probs = torch.softmax(logits, dim=-1)
+    entropy = log_z - (probs * logits).sum(-1)
+    return log_probs, entropy
+
+
+def _extras(hidden, weight, bias, targets, temperature, softcap, logit_scale):
+    with torch.no_grad():
+        logits = (hidden @ weight.t() + (bias if bias is not None else 0)).float() * logit_scale
+        if softcap is not None:
+            logits = softcap * torch.tanh(logits / softcap)
+        logits = logits / temperature
+        log_p = torch.log_softmax(logits, dim=-1)
+        # argmax returns the first maximum, as TRL's kernel counts ties with an earlier token as not top-1
+        return torch.logsumexp(2 * log_p, -1), logits.mean(-1), logits.argmax(-1) == targets
+
+
+class TorchChunkedLogProb:
+    """Drop-in for `trl.kernels.ChunkedLogProbFunction`: `apply(...)` returns (log_probs, entropy,
+    log_sum_sq_probs, mean_logits, is_top1), None for outputs not requested. Each token tile is
+    checkpointed, so backward recomputes its logits instead of keeping [N, vocab] alive."""
+
+    @staticmethod
+    def apply(hidden, weight, bias, targets, temperature, chunk_size=None, final_logit_softcapping=None,
+              logit_scale=1.0, outputs=("log_probs",)):
+        want_entropy = "entropy" in outputs
+        want_extras = any(k in outputs for k in ("log_sum_sq_probs", "mean_logits", "is_top1"))
+        grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+        lps, ents, sqs, means, tops = [], [], [], [], []
+        for s in range(0, hidden.shape[0], TOKEN_CHUNK):
+            args = (hidden[s:s + TOKEN_CHUNK], weight, bias, targets[s:s + TOKEN_CHUNK], temperature,
+                    final_logit_softcapping, logit_scale)
+            lp, ent = (checkpoint(_tile, *args, want_entropy, use_reentrant=False) if grad
+                       else _tile(*args, want_entropy))
+            lps.append(lp)
+            ents.append(ent)
+            if want_extras:
+                sq, mean, top = _extras(*args)
+                sqs.append(sq)
+                means.append(mean)
+                tops.append(top)
+        if not lps:  # no label in this micro-batch: keep the graph connected with an empty tensor
+            empty = hidden.sum(-1)[:0].float()
+            lps, ents = [empty], [empty]
+            sqs, means, tops = [empty], [empty], [empty.bool()]
+        cat = torch.cat
+        return (cat(lps), cat(ents) if want_entropy else None, cat(sqs) if "log_sum_sq_probs" in outputs else None,
+                cat(means) if "mean_logits" in outputs else None, cat(tops) if "is_top1" in outputs else None)
+
+
+def _sdpa_model_from_path(original):
+    def create_model_from_path(model_id, architecture=None, **kwargs):
+        if str(kwargs.get("attn_implementation", "")).startswith("kernels-community/"):
+            kwargs["attn_implementation"] = "sdpa"
+        return original(model_id, architecture, **kwargs)
+
+    return create_model_from_path
+
+
+def _cpu_peak_flops(accelerator, dtype: str) -> float | None:
+    return CPU_PEAK_FLOPS.get(dtype)
+
+
+def apply(force: bool = False) -> bool:
+    """Patch TRL for CPU when CUDA is absent (or `force`); idempotent. Returns whether the patches are active."""
+    global _applied
+    check_trl_version()
+    if _applied:
+        return True
+    if torch.cuda.is_available() and not force:
+        return False
+    import trl.trainer.utils as trl_utils
+    from trl.experimental.async_grpo import async_grpo_trainer as agt
+    from trl.experimental.async_grpo import async_rollout_worker as arw
+
+    agt.create_model_from_path = _sdpa_model_from_path(agt.create_model_from_path)
+    agt.get_peak_flops_per_device = _cpu_peak_flops
+    trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    if importlib.util.find_spec("vllm") is None:
+        arw.is_vllm_available = lambda *a, **k: True
+    _applied = True
+    return True
+
+
+def reference_log_softmax(hidden, weight, targets, temperature=1.0):
+    """The unfused reference the tests compare against: full logits, log_softmax, gather."""
+    logits = (hidden @ weight.t()).float() / temperature
+    return torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+__all__ = ["CPU_PEAK_FLOPS", "TRL_VERSION", "TorchChunkedLogProb", "TrlVersionError", "apply", "check_trl_version",
+           "reference_log_softmax"]

@@ -1,0 +1,142 @@
+"""TRL's AsyncGRPOTrainer with three additions: the trainer/sampler mismatch metric, atomic checkpoints, and
+(for tests) a record of every trained token id.
+
+Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
+with. Off-policy samples differ by the policy update, which is drift, not mismatch; they are logged apart
+as `offpolicy/abs_ratio_minus_1`. Even at max_staleness 0 most are off-policy after step 1: accelerate's
+dispatcher forms the next batch while the current one trains (measured: the step-2 batch was read at
+version 1 and trained at version 2), and the token-budget batcher carries one sample over each boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+STAGING = ".staging"
+
+
+class _VersionTap:
+    """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read."""
+
+    def __init__(self, queue: Any, versions: dict[int, int]):
+        self.queue, self.versions = queue, versions
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        sample = self.queue.get(*args, **kwargs)
+        self.versions[hash(tuple(sample.input_ids))] = sample.model_version
+        return sample
+
+    def qsize(self) -> int:
+        return self.queue.qsize()
+
+
+class FathomGRPOTrainer(AsyncGRPOTrainer):
+    record_trained_path: str | None = None
+    """When set, each micro-batch's trained token runs (completion_mask = 1) are appended here as JSON lines."""
+
+    _staging = False
+
+    def get_train_dataloader(self):
+        loader = super().get_train_dataloader()
+        self._sample_versions: dict[int, int] = {}
+        if self._rollout_dataset is not None:
+            self._rollout_dataset.queue = _VersionTap(self._rollout_dataset.queue, self._sample_versions)
+        return loader
+
+    def _on_policy_tokens(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Per packed token: was its sample drawn from the policy the trainer holds now."""
+        starts = (pos == 0).nonzero().flatten().tolist() + [len(ids)]
+        on = torch.zeros(len(ids), dtype=torch.bool)
+        versions = getattr(self, "_sample_versions", {})
+        for a, b in zip(starts[:-1], starts[1:]):
+            v = versions.pop(hash(tuple(ids[a:b].tolist())), None)
+            on[a:b] = v == self.model_version
+        return on
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        seen: list[torch.Tensor] = []
+
+        def grab(_module, _args, output):
+            if getattr(output, "log_probs", None) is not None:
+                seen.append(output.log_probs.detach())
+
+        handle = self.accelerator.unwrap_model(model).register_forward_hook(grab)
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        finally:
+            handle.remove()
+        if seen:
+            self._log_mismatch(seen[-1], inputs)
+        if self.record_trained_path:
+            self._record_trained(inputs)
+        return loss
+
+    def _log_mismatch(self, log_probs: torch.Tensor, inputs: dict[str, Any]) -> None:
+        """Mean |exp(trainer logprob - sampler logprob) - 1| over trained tokens, with the same shift and padding
+        strip as TRL's loss; the sampler logprob is vLLM's, carried through the capture."""
+        keep = inputs["attention_mask"].bool()
+        old = inputs["old_log_probs"][keep][1:].cpu()
+        trained = (inputs["completion_mask"][keep][1:] > 0).cpu()
+        on = self._on_policy_tokens(inputs["input_ids"][keep].cpu(), inputs["position_ids"][keep].cpu())[1:]
+        dev = (torch.exp(log_probs[0].float().cpu() - old.float()) - 1).abs()
+        for name, sel in (("mismatch", trained & on), ("offpolicy", trained & ~on)):
+            if sel.any():
+                self._metrics["train"][f"{name}/abs_ratio_minus_1"].append(dev[sel].mean().item())
+                self._metrics["train"][f"{name}/abs_ratio_minus_1_max"].append(dev[sel].max().item())
+        self._metrics["train"]["mismatch/on_policy_token_frac"].append((float((trained & on).sum()),
+                                                                        float(trained.sum().clamp(min=1))))
+
+    def _record_trained(self, inputs: dict[str, Any]) -> None:
+        ids, mask = inputs["input_ids"], inputs["completion_mask"]
+        runs: list[list[int]] = []
+        for row_ids, row_mask in zip(ids.tolist(), mask.tolist()):
+            cur: list[int] = []
+            for t, m in zip(row_ids, row_mask):
+                if m:
+                    cur.append(t)
+                elif cur:
+                    runs.append(cur)
+                    cur = []
+            if cur:
+                runs.append(cur)
+        with open(self.record_trained_path, "a") as fh:
+            fh.write(json.dumps({"step": self.state.global_step, "runs": runs}) + "\n")
+
+    # --- checkpoints written whole, then renamed -------------------------------------------------------
+    def _get_output_dir(self, trial):
+        out = super()._get_output_dir(trial)
+        return os.path.join(out, STAGING) if self._staging else out
+
+    def _save_checkpoint(self, model, trial):
+        run_dir = super()._get_output_dir(trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging = Path(run_dir) / STAGING
+        shutil.rmtree(staging, ignore_errors=True)
+        self._staging = True
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging = False
+        final = Path(run_dir) / name
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(staging / name, final)  # atomic: get_last_checkpoint never sees a half-written checkpoint
+        shutil.rmtree(staging, ignore_errors=True)
+        self._rotate(Path(run_dir))
+
+    def _rotate(self, run_dir: Path) -> None:
+        limit = self.args.save_total_limit
+        if not limit:
+            return
+        ckpts = sorted((p for p in run_dir.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if p.is_dir()),
+                       key=lambda p: int(p.name.rsplit("-", 1)[1]))
+        for p in ckpts[:-limit]:
+            shutil.rmtree(p, ignore_errors=True)

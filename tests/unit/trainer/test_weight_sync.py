@@ -1,0 +1,96 @@
+"""Disk merged sync against a fake vLLM and proxy: call order, atomic directory, version report, failures."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from fathom.trainer.weight_sync import DiskMergedSync, WeightSyncError
+
+
+class FakeServers:
+    def __init__(self, reload_status: int = 200, proxy_version: int = 0):
+        self.calls: list[tuple[str, dict]] = []
+        self.reload_status, self.proxy_version = reload_status, proxy_version
+        self.seen_dirs: list[list[str]] = []
+
+    def __call__(self, req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content) if req.content else {}
+        self.calls.append((f"{req.url.host}{req.url.path}", body or dict(req.url.params)))
+        if req.url.path == "/collective_rpc":
+            from pathlib import Path
+
+            d = Path(body["kwargs"]["weights_path"])
+            self.seen_dirs.append(sorted(p.name for p in d.iterdir()))
+            return httpx.Response(self.reload_status, json={"results": [None]})
+        if req.url.path == "/reset_prefix_cache":
+            return httpx.Response(200, json={"success": True})
+        if req.url.path == "/policy":
+            return httpx.Response(200, json={"merged_version": self.proxy_version})
+        return httpx.Response(200, json={})
+
+
+class Trainer:
+    model_version = 0
+    rollout_worker = None
+
+
+def make(tmp_path, fake):
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          http=httpx.Client(transport=httpx.MockTransport(fake)))
+    return sync.bind(Trainer())
+
+
+def one_sync(sync, tensors):
+    sync.pause()
+    sync.send_weights(iter(tensors.items()))
+    sync.resume()
+    sync.trainer.model_version += 1  # what TRL does after resume()
+
+
+def test_sync_order_reload_path_and_version_report(tmp_path):
+    fake = FakeServers()
+    sync = make(tmp_path, fake)
+    sync.init_weight_transfer()
+    w = {"model.embed_tokens.weight": torch.randn(4, 2), "model.layers.0.self_attn.q_proj.weight": torch.randn(2, 2)}
+    one_sync(sync, w)
+    paths = [c[0] for c in fake.calls]
+    assert paths == ["proxy/policy", "vllm/pause", "vllm/collective_rpc", "vllm/reset_prefix_cache", "vllm/resume",
+                     "proxy/policy/version"]
+    rpc = fake.calls[2][1]
+    assert rpc["method"] == "reload_weights"
+    saved = load_file(rpc["kwargs"]["weights_path"] + "/model.safetensors")
+    assert set(saved) == set(w) and torch.equal(saved["model.embed_tokens.weight"], w["model.embed_tokens.weight"])
+    assert fake.calls[-1][1] == {"version": 1}
+    assert fake.calls[1][1] == {"mode": "keep"}
+    assert fake.seen_dirs == [["model.safetensors"]]  # complete when vLLM reads it
+    assert not list((tmp_path / "merged").glob(".*"))  # no staging left
+
+
+def test_old_directories_are_pruned_and_versions_count_on(tmp_path):
+    fake = FakeServers()
+    sync = make(tmp_path, fake)
+    for _ in range(4):
+        one_sync(sync, {"w": torch.zeros(1)})
+    assert len(list((tmp_path / "merged").glob("merged-*"))) == 2
+    assert [c[1]["version"] for c in fake.calls if c[0] == "proxy/policy/version"] == [1, 2, 3, 4]
+
+
+def test_resume_continues_from_the_proxys_version(tmp_path):
+    fake = FakeServers(proxy_version=7)
+    sync = make(tmp_path, fake)
+    sync.init_weight_transfer()
+    assert sync.trainer.model_version == 7
+    one_sync(sync, {"w": torch.zeros(1)})
+    assert fake.calls[-1][1] == {"version": 8}
+
+
+def test_failed_reload_stops_loudly(tmp_path):
+    sync = make(tmp_path, FakeServers(reload_status=500))
+    sync.pause()
+    with pytest.raises(WeightSyncError, match="collective_rpc answered 500"):
+        sync.send_weights(iter({"w": torch.zeros(1)}.items()))
