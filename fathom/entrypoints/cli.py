@@ -17,9 +17,11 @@ from fathom.entrypoints import (
     eval_cmd,
     eval_watch_cmd,
     export_cmd,
+    launch_cmd,
     model_cmd,
     policy_cmd,
     proxy_cmd,
+    sft_cmd,
     tasks_cmd,
     train_cmd,
 )
@@ -44,6 +46,8 @@ app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
 app.command("export")(export_cmd.export)
 app.command("ask", context_settings=eval_cmd.OVERRIDE_SETTINGS)(ask_cmd.ask)
 train_cmd.register(app)
+app.command("launch", context_settings=launch_cmd.OVERRIDE_SETTINGS)(launch_cmd.launch)
+app.command("sft", context_settings=sft_cmd.OVERRIDE_SETTINGS)(sft_cmd.sft)
 
 
 if __name__ == "__main__":
