@@ -1,7 +1,7 @@
 """`fathom sft`: record scripted-teacher episodes through the real harness and proxy, then LoRA SFT on them.
 
-The teacher (`fathom.env_server.teacher`) and a capture proxy in front of it run in this
-process on free loopback ports; the episodes run on the env server named by the config (the
+The teacher (the scripted `teach` policy on the model's own tokenizer, `fathom.env_server.scripted`)
+and a capture proxy in front of it run in this process on free loopback ports; the episodes run on the env server named by the config (the
 one `fathom launch` started), so they use the same sandbox, harness and token path as GRPO.
 """
 
@@ -85,11 +85,9 @@ def sft(
     cfg = config_from(ctx, config)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    from transformers import AutoTokenizer
-
     from fathom.capture_proxy.app import create_app
     from fathom.entrypoints.launch_cmd import server_urls
-    from fathom.env_server.teacher import create_teacher_app
+    from fathom.env_server.scripted import create_scripted_app
     from fathom.policy_server.models import ModelError, resolve_model
     from fathom.rollout_worker.session import FathomSessionFactory
     from fathom.trainer.sft import train_sft
@@ -101,9 +99,9 @@ def sft(
         model_dir = resolve_model(cfg.model)
     except ModelError as e:
         die(str(e))
-    tok = AutoTokenizer.from_pretrained(model_dir)
     name = cfg.policy_server.served_model_name
-    teacher = create_teacher_app(tok, name, max_model_len=cfg.model.max_model_len, fix_fraction=cfg.sft.fix_fraction)
+    teacher = create_scripted_app("teach", name, cfg.model.max_model_len, tokenizer_dir=str(model_dir),
+                                  fix_fraction=cfg.sft.fix_fraction)
     task_ids = sft_task_ids(cfg.sft)
     env_url = server_urls(cfg)["env"]
     rows: list[dict] = []

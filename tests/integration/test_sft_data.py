@@ -13,7 +13,8 @@ from openenv.core.harness.training import TrainingTrace, TrainingTurn
 from transformers import AutoTokenizer
 
 from fathom.env_server.server import prompts
-from fathom.env_server.teacher import create_teacher_app, split_messages, teacher_reply, wrong_attempt
+from fathom.env_server.server.tokens import ChatTokens
+from fathom.env_server.scripted import create_scripted_app, scripted_reply, wrong_attempt
 from fathom.tasks import generate, reference_solution
 from fathom.trainer.sft import IGNORE, rows_from_trace
 
@@ -37,14 +38,11 @@ def test_loss_mask_covers_exactly_the_assistant_turns(tok) -> None:
     a1, a2 = "```repl\nprint(len(context))\n```", "```repl\nFINAL('42')\n```"
     feedback = prompts.repl_feedback(["5000"], 3)
     msgs = _conversation("What is the magic number?")
-    p0 = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+    chat = ChatTokens(tok, "tiny")  # the harness's own token-space prompt builder
+    p0 = chat.initial(msgs)
     c0 = tok(a1, add_special_tokens=False).input_ids + [tok.eos_token_id]
-    # The next prompt is the previous prompt + completion, then the template's tokens for the new user turn.
+    p1 = chat.next_prompt(p0, c0, feedback)
     full = msgs + [{"role": "assistant", "content": a1}, {"role": "user", "content": feedback}]
-    text_full = tok.apply_chat_template(full, add_generation_prompt=True, tokenize=False)
-    text_prev = tok.decode(p0 + c0, skip_special_tokens=False)
-    assert text_full.startswith(text_prev)
-    p1 = p0 + c0 + tok(text_full[len(text_prev):], add_special_tokens=False).input_ids
     c1 = tok(a2, add_special_tokens=False).input_ids + [tok.eos_token_id]
     rows = rows_from_trace(TrainingTrace(schema_version=1, turns=[_turn(0, p0, c0), _turn(1, p1, c1)]))
 
@@ -62,27 +60,22 @@ def test_loss_mask_covers_exactly_the_assistant_turns(tok) -> None:
     assert tok.decode(ids) == full_text.rstrip("\n")
 
 
-def test_split_messages_reads_back_a_rendered_prompt(tok) -> None:
-    msgs = _conversation("Which value is it?") + [{"role": "assistant", "content": "```repl\nprint(1)\n```"},
-                                                 {"role": "user", "content": "REPL output:\n1"}]
-    text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-    assert split_messages(text, "<|im_start|>", tok.eos_token) == msgs
-
-
 def test_teacher_answers_with_the_reference_program_or_a_fixable_first_attempt() -> None:
     task = generate("needle", 500_001, 4096)
     msgs = _conversation(task.question)
     ref = f"```repl\n{reference_solution(task.question).rstrip()}\n```"
-    assert teacher_reply(msgs, fix_fraction=0.0) == ref
-    first = teacher_reply(msgs, fix_fraction=1.0)
-    assert first != ref and first == wrong_attempt(msgs[1]["content"], ref[len("```repl\n"):-len("\n```")])
+    assert scripted_reply("teach", msgs, fix_fraction=0.0) == ref
+    first = scripted_reply("teach", msgs, fix_fraction=1.0)
+    assert first != ref and first == wrong_attempt(task.question, reference_solution(task.question))
     assert "FINAL" not in first or "contxt" in first  # a wrong attempt never answers
     later = msgs + [{"role": "assistant", "content": first}, {"role": "user", "content": "REPL output:\n..."}]
-    assert teacher_reply(later, fix_fraction=1.0) == ref  # the fix comes on the next turn
+    assert scripted_reply("teach", later, fix_fraction=1.0) == ref  # the fix comes on the next turn
+    kinds = {wrong_attempt(generate("needle", s, 4096).question, "x = context.find('a')") for s in range(20)}
+    assert kinds == {"```repl\nx = contxt.find('a')\n```", "```repl\nprint(len(context))\nprint(context[:300])\n```"}
 
 
 def test_teacher_speaks_token_ids_with_the_models_eos(tok, tiny_model_dir: Path) -> None:
-    app = create_teacher_app(tok, "tiny", max_model_len=4096, fix_fraction=0.0)
+    app = create_scripted_app("teach", "tiny", 4096, tokenizer_dir=str(tiny_model_dir), fix_fraction=0.0)
     task = generate("code_qa", 500_002, 4096)
     msgs = _conversation(task.question)
     with TestClient(app) as client:
@@ -94,7 +87,6 @@ def test_teacher_speaks_token_ids_with_the_models_eos(tok, tiny_model_dir: Path)
         assert choice["prompt_token_ids"] == served["tokens"] and choice["finish_reason"] == "stop"
         assert choice["token_ids"][-1] == tok.eos_token_id
         assert tok.decode(choice["token_ids"][:-1]) == f"```repl\n{reference_solution(task.question).rstrip()}\n```"
-        assert len(choice["logprobs"]["token_logprobs"]) == len(choice["token_ids"])
         cut = client.post("/v1/completions", json={"prompt": served["tokens"], "max_tokens": 5}).json()["choices"][0]
         assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 5
         assert client.post("/v1/completions", json={"prompt": "text"}).status_code == 400
