@@ -63,7 +63,7 @@ trainer-gpu-env: $(STAMPS)/venv
 	$(VENV)/bin/python -m fathom.trainer.gpu_env
 
 demo: setup
-	$(FATHOM) demo --config configs/smoke.toml
+	$(FATHOM) launch configs/smoke.toml
 
 # The test target (and set-up run for it) requires the sandbox layers the shipped configs require:
 # a missing one fails the run instead of skipping its tests (tests/sandbox_layers.py).

@@ -13,10 +13,7 @@ Stage = Literal["sft", "grpo", "eval"]
 
 class LaunchConfig(FathomModel):
     stages: list[Stage] = ["sft", "grpo", "eval"]
-    """Stages `fathom launch` runs, in order. SFT is skipped anyway when `init_adapter` is set."""
-
-    init_adapter: str = ""
-    """A LoRA adapter (directory or Hub repo) GRPO starts from instead of running SFT; empty runs SFT."""
+    """Stages `fathom launch` runs, in order. SFT is skipped anyway when `trainer.init_adapter` names a warm start."""
 
     eval_watch: bool = False
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""

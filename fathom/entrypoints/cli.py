@@ -22,6 +22,7 @@ from fathom.entrypoints import (
     policy_cmd,
     proxy_cmd,
     sft_cmd,
+    stages_cmd,
     tasks_cmd,
     train_cmd,
 )
@@ -40,6 +41,7 @@ app.add_typer(env_cmd.app, name="env")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(config_cmd.app, name="config")
 eval_cmd.app.command("watch", context_settings=eval_cmd.OVERRIDE_SETTINGS)(eval_watch_cmd.watch)
+eval_cmd.app.command("stages", context_settings=stages_cmd.OVERRIDE_SETTINGS)(stages_cmd.stages)
 app.add_typer(eval_cmd.app, name="eval")
 app.command("doctor")(doctor_cmd.doctor)
 app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)

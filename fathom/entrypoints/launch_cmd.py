@@ -7,8 +7,10 @@ is what the plan says. Servers and stages are `fathom` subcommands run as superv
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,17 +56,22 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
         Step("server", "proxy", [*fathom, "proxy", "serve", *common], f"{urls['proxy']}/healthz"),
         Step("server", "env", [*fathom, "env", "serve", *common], f"{urls['env']}/health"),
     ]
-    start = cfg.launch.init_adapter
+    start = cfg.trainer.init_adapter
     if "sft" in cfg.launch.stages and not start:
         steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
         start = str(sft_adapter_dir(cfg))
     if "grpo" in cfg.launch.stages:
         if cfg.launch.eval_watch:
             steps.append(Step("server", "eval-watch", [*fathom, "eval", "watch", *common]))
-        init = ["--launch.init_adapter", start] if start else []
+        init = ["--trainer.init_adapter", start] if start else []
         steps.append(Step("stage", "grpo", [*fathom, "train", *common, *init]))
     if "eval" in cfg.launch.stages:
-        steps.append(Step("stage", "eval", [*fathom, "eval", "run", *common, "--sft-adapter", start or ""]))
+        stages = ["--stage", "base"]
+        if start:
+            stages += ["--stage", f"{'sft' if start == str(sft_adapter_dir(cfg)) else 'init'}={start}"]
+        if "grpo" in cfg.launch.stages:
+            stages += ["--stage", f"grpo={cfg.run_dir / 'final'}"]
+        steps.append(Step("stage", "eval", [*fathom, "eval", "stages", *common, *stages]))
     return steps
 
 
@@ -87,8 +94,18 @@ def launch(
     from fathom.config import write_resolved
     from fathom.entrypoints.supervisor import LaunchError, Supervisor
 
+    from fathom.config.model import EMBEDDED
+    from fathom.policy_server.models import ModelError, prepare_embedded
+
     console = Console(stderr=True)
+    if cfg.model.name == EMBEDDED:
+        try:
+            with console.status("preparing the embedded model (SmolLM2-135M-Instruct)"):
+                prepare_embedded()
+        except ModelError as e:
+            die(str(e))
     write_resolved(cfg)
+    t0 = time.monotonic()
     log_dir = cfg.run_dir / "logs"
     try:
         with Supervisor(log_dir) as sup:
@@ -105,7 +122,21 @@ def launch(
         die(f"the main job stopped: {e}", code=1)
     except KeyboardInterrupt:
         die("interrupted; every server and stage was stopped", code=130)
-    console.print(f"[bold green]done[/]: everything is in {cfg.run_dir}")
+    plots: list = []
+    if (cfg.run_dir / "metrics.jsonl").is_file():
+        from fathom.trainer.plot import PlotError, plot_run
+
+        try:
+            plots = plot_run(cfg.run_dir)
+        except PlotError as e:
+            console.print(f"[yellow]no plots[/]: {e}")
+    wall = time.monotonic() - t0
+    (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps]}) + "\n")
+    console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}")
+    summary = cfg.run_dir / "eval" / "summary.json"
+    if summary.is_file():
+        console.print(f"pass@1 by stage and paired deltas: {summary}; reports: {cfg.run_dir / 'eval'}/<stage>/report.html; "
+                      f"training plots: {plots[0].parent if plots else 'none'}")
 
 
 __all__ = ["OVERRIDE_SETTINGS", "Step", "launch", "plan", "server_urls"]

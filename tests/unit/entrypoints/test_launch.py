@@ -27,16 +27,22 @@ def test_plan_starts_servers_then_sft_grpo_eval() -> None:
     assert steps[0].health_url == f"http://127.0.0.1:{cfg.policy_server.port}/health"
     assert steps[1].health_url == f"http://127.0.0.1:{cfg.capture_proxy.port}/healthz"
     grpo = steps[4].argv
-    assert grpo[grpo.index("--launch.init_adapter") + 1] == str(cfg.run_dir / "sft" / "adapter")
+    assert grpo[grpo.index("--trainer.init_adapter") + 1] == str(cfg.run_dir / "sft" / "adapter")
     assert all(s.argv[s.argv.index("-c") + 1:][:3] == ["configs/smoke.toml", "--trainer.max_steps", "3"] for s in steps)
+    ev = steps[5].argv
+    assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == [
+        "base", f"sft={cfg.run_dir / 'sft' / 'adapter'}", f"grpo={cfg.run_dir / 'final'}"]
 
 
 def test_a_starting_adapter_skips_sft() -> None:
-    cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.init_adapter", "/adapters/warm"])
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.init_adapter", "/adapters/warm"])
     steps = plan(cfg, "configs/smoke.toml", [])
     assert ("stage", "sft") not in _names(steps)
     grpo = next(s for s in steps if s.name == "grpo").argv
-    assert grpo[grpo.index("--launch.init_adapter") + 1] == "/adapters/warm"
+    assert grpo[grpo.index("--trainer.init_adapter") + 1] == "/adapters/warm"
+    ev = steps[-1].argv
+    assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == ["base", "init=/adapters/warm",
+                                                                        f"grpo={cfg.run_dir / 'final'}"]
 
 
 def test_eval_watch_runs_beside_grpo() -> None:
