@@ -49,5 +49,10 @@ echo "== 6. push the final adapter and eval results"
 if [[ -z "$ADAPTER_REPO" ]]; then
   echo "ADAPTER_REPO is empty: nothing is pushed"
 else
-  run "$PY" -m fathom.entrypoints.cli export "$CONFIG" --push "$ADAPTER_REPO" "${overrides[@]}"
+  run_dir="<output_dir>/<run_name>"  # a dry run on a fresh checkout has no venv to resolve it
+  if [[ -x "$PY" ]]; then
+    run_dir=$("$PY" -m fathom.entrypoints.cli config show -c "$CONFIG" "${overrides[@]}" |
+      "$PY" -c 'import json, sys; c = json.load(sys.stdin); print(c["output_dir"] + "/" + c["run_name"])')
+  fi
+  run "$PY" -m fathom.entrypoints.cli export "$run_dir" --push "$ADAPTER_REPO"
 fi

@@ -95,6 +95,9 @@ def train_sft(
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                          peft_config=_lora_config(lora), callbacks=[Progress()])
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # with disable_tqdm it prints every log dict; the caller's bar shows loss
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
