@@ -9,6 +9,7 @@ a paired bootstrap. Writes `<out>/<stage>/` (results, report) and `<out>/summary
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -83,8 +84,12 @@ def stages(
     for label, adapter in plan:
         try:
             if reload:
+                # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
                 v = serve_merged(model_dir, adapter, vllm_url=urls["policy"], proxy_url=urls["proxy"],
-                                 directory=out / "weights", timeout_s=cfg.trainer.weight_sync_timeout_s)
+                                 directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s)
+                for old in (out / "weights").iterdir():
+                    if old.name != label:
+                        shutil.rmtree(old, ignore_errors=True)
                 typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
                 results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]), model=name)
                 summary = results["models"][name]
@@ -93,7 +98,7 @@ def stages(
                 results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
                                       adapters=adapters, base=not adapter)
                 summary = results["models"]["base" if not adapter else label]
-        except (EvalError, PolicyClientError, AdapterError, WeightSyncError) as e:
+        except (EvalError, PolicyClientError, AdapterError, WeightSyncError, OSError) as e:
             die(f"stage {label}: {e}", code=1)
         summaries[label] = summary["summary"]
         per_stage[label] = {r["task_id"]: bool(r["correct"]) for r in summary["rows"] if r["scorable"]}
