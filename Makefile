@@ -8,7 +8,7 @@ STAMPS  := .stamps
 FATHOM  := $(VENV)/bin/fathom
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit test-all bench clean trainer-gpu-env
+.PHONY: setup setup-gpu demo test test-unit test-all bench clean trainer-gpu-env
 
 setup: $(STAMPS)/venv $(STAMPS)/vllm $(STAMPS)/system
 
@@ -57,13 +57,25 @@ $(STAMPS)/system:
 # The GPU trainer's environment (HF Jobs image): vLLM for TRL's NCCL weight transfer, without its dependencies,
 # because vLLM 0.32 wants mcp>=2 and OpenEnv's fastmcp wants mcp<2. The five extras are what the weight-transfer
 # imports need (fathom/trainer/gpu_env.py); the last line checks both import in one process.
+# GPU machines (HF Jobs a100-large, bench/gpu_smoke.sh): the CUDA vLLM in its own venv, and the trainer venv with
+# vLLM's weight-transfer modules beside OpenEnv (trainer-gpu-env). On such a machine `torch==2.13.0` is the CUDA build.
+setup-gpu: $(STAMPS)/venv $(STAMPS)/vllm-gpu $(STAMPS)/system trainer-gpu-env
+
+$(STAMPS)/vllm-gpu:
+	@mkdir -p $(STAMPS)
+	test -x $(VVENV)/bin/python || $(PY) -m venv $(VVENV)
+	$(VVENV)/bin/pip install -q --upgrade pip
+	$(VVENV)/bin/pip install -q 'vllm==0.32.0'
+	$(VVENV)/bin/python -c "import vllm, torch; assert torch.cuda.is_available(), 'no CUDA device'; print('vllm', vllm.__version__)"
+	touch $@
+
 trainer-gpu-env: $(STAMPS)/venv
 	$(VENV)/bin/pip install -q --no-deps 'vllm==0.32.0'
 	$(VENV)/bin/pip install -q pyzmq cbor2 aiohttp openai-harmony pybase64
 	$(VENV)/bin/python -m fathom.trainer.gpu_env
 
 demo: setup
-	$(FATHOM) demo --config configs/smoke.toml
+	$(FATHOM) launch configs/smoke.toml
 
 # The test target (and set-up run for it) requires the sandbox layers the shipped configs require:
 # a missing one fails the run instead of skipping its tests (tests/sandbox_layers.py).

@@ -16,9 +16,11 @@ from fathom.config.base import ConfigError, FathomModel, apply_overrides, fathom
 from fathom.config.capture_proxy import CaptureProxyConfig
 from fathom.config.env_server import EnvServerConfig
 from fathom.config.eval import EvalConfig
+from fathom.config.launch import LaunchConfig
 from fathom.config.model import ModelConfig
 from fathom.config.policy_server import PolicyServerConfig
 from fathom.config.sandbox import SandboxConfig
+from fathom.config.sft import SftConfig
 from fathom.config.tasks import TasksConfig
 from fathom.config.trainer import TrainerConfig
 
@@ -58,6 +60,12 @@ class FathomConfig(FathomModel):
 
     eval: EvalConfig = EvalConfig()
     """Held-out evaluation and the per-checkpoint watcher."""
+
+    sft: SftConfig = SftConfig()
+    """SFT warm start before GRPO."""
+
+    launch: LaunchConfig = LaunchConfig()
+    """The main job: stages and server start-up."""
 
     @property
     def run_dir(self) -> Path:

@@ -20,9 +20,6 @@ class EvalConfig(FathomModel):
     temperature: float = Field(0.0, ge=0.0)
     """Sampling temperature of eval sessions; 0 = greedy, so pass@1 is one deterministic attempt per task."""
 
-    max_tokens: int = Field(512, gt=0)
-    """Output cap per model call; keep it equal to training's, so eval scores the policy as trained."""
-
     concurrency: int = Field(8, ge=1)
     """Episodes in flight at once (vLLM batches their calls)."""
 

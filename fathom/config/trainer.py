@@ -95,5 +95,10 @@ class TrainerConfig(FathomModel):
     seed: int = 0
     """Seed of the adapter initialisation and the dataset order."""
 
+    init_adapter: str = ""
+    """LoRA adapter (directory or Hub repo id) GRPO continues from, e.g. the SFT warm start; empty starts from a
+    fresh adapter. Its rank, alpha and target modules must match `lora`. `fathom launch` sets it to the SFT stage's
+    adapter, and skips SFT when it is already set."""
+
     lora: LoraConfig = LoraConfig()
     """Adapter shape."""

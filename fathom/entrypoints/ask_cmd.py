@@ -85,7 +85,7 @@ async def _episode(cfg, proxy_url: str, model: str, question: str, document: str
     try:
         es = cfg.env_server
         limits = resolve_limits(es, EpisodeLimits(max_depth=es.demo_max_depth, max_turns=max_turns))
-        sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
+        sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
         proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling, model=model),
                                        es.proxy_timeout_s)
         harness = build_harness(rt, limits, proxy, sampling)

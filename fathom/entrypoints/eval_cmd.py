@@ -200,7 +200,7 @@ def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str],
 
     ids = task_ids
     policy_url, proxy_url, env_url = urls
-    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
+    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
     limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
     stamp = int(time.time())
     plan: list[tuple[EvalTarget, Path | None]] = []

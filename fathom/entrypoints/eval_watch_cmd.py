@@ -45,7 +45,7 @@ def watch(
     from fathom.policy_server.client import PolicyClient, PolicyClientError
     from fathom.protocol import EpisodeLimits, Sampling
 
-    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.eval.max_tokens)
+    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
     limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
     eprint(f"watching {source.describe()}: {len(ids)} tasks of {cfg.eval.split} per checkpoint, results in {out}")
     with _stack(ctx, cfg, config, start) as stack:

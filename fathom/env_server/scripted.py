@@ -3,7 +3,9 @@
 It reads the RLM scaffold's chat (the question is in the first user message; the context
 never is) and answers with code. `reference` writes each task family's working solution
 (`fathom.tasks.reference_solution`), which proves every task is solvable with the tools.
-`no_tools` answers from the question alone and should score close to 0. The others
+`no_tools` answers from the question alone and should score close to 0. `teach` is `reference`
+with a wrong first attempt in a share of episodes (a typo that raises, or a look at the text
+without an answer), fixed on the next turn: the SFT teacher (`fathom sft`). The others
 exercise the harness: sub-calls and nested episodes, replies without code, crashing code.
 
 Responses are shaped like vLLM's (usage, `prompt_token_ids`, per-choice `token_ids` and
@@ -28,7 +30,7 @@ from fastapi import FastAPI, HTTPException, Request
 
 from fathom.env_server.server import prompts
 
-POLICIES = ("reference", "no_tools", "recursive", "no_code", "crash")
+POLICIES = ("reference", "teach", "no_tools", "recursive", "no_code", "crash")
 IM_START, IM_END = 0, 1
 _PIECE = re.compile(r"\s*\S+|\s+")
 _QUESTION = re.compile(r"^Question: (.*?)\n\n`context` holds", re.DOTALL)
@@ -58,8 +60,21 @@ def _no_tools_guess(question: str) -> str:
     return words[-1] if words else "unknown"
 
 
-def scripted_reply(policy: str, messages: list[dict[str, Any]]) -> str:
-    """The policy's next assistant message for this chat."""
+def _share(salt: str, question: str) -> float:
+    """A stable number in [0, 1) per question, so a task's episodes all make the same choice."""
+    return zlib.crc32(f"{salt}/{question}".encode()) / 2**32
+
+
+def wrong_attempt(question: str, program: str) -> str:
+    """A first turn that does not answer: `program` with a typo that raises NameError, or a look at the text."""
+    typo = re.sub(r"\bcontext\b(?=\.)", "contxt", program, count=1)
+    if _share("kind", question) < 0.5 and typo != program:
+        return _repl(typo)
+    return _repl("print(len(context))\nprint(context[:300])")
+
+
+def scripted_reply(policy: str, messages: list[dict[str, Any]], fix_fraction: float = 0.25) -> str:
+    """The policy's next assistant message for this chat (`fix_fraction`: the `teach` policy's share of wrong starts)."""
     from fathom.tasks import reference_solution
 
     is_rlm = bool(messages) and messages[0].get("role") == "system" and messages[0].get("content") == prompts.SYSTEM_PROMPT
@@ -84,14 +99,16 @@ def scripted_reply(policy: str, messages: list[dict[str, Any]]) -> str:
     if policy == "crash" and turn == 0:
         return _repl("def f(n):\n    return f(n + 1)\nf(0)")
     try:
+        if policy == "teach" and turn == 0 and _share("fix", question) < fix_fraction:
+            return wrong_attempt(question, reference_solution(question))
         return _repl(reference_solution(question))
     except ValueError as e:  # a question no generated task asks: say so instead of failing the call
         return f"I cannot solve this question with a scripted solution ({e})."
 
 
-def _chat_response(body: dict[str, Any], policy: str, model: str) -> dict[str, Any]:
+def _chat_response(body: dict[str, Any], policy: str, model: str, fix_fraction: float = 0.25) -> dict[str, Any]:
     messages = body.get("messages") or []
-    text = scripted_reply(policy, messages)
+    text = scripted_reply(policy, messages, fix_fraction)
     pieces = tokenize(text)
     finish = "stop"
     cap = body.get("max_tokens") or body.get("max_completion_tokens")
@@ -155,9 +172,9 @@ class TokenSide:
         text = self.tok.decode(prompt_ids, skip_special_tokens=False)
         return [{"role": m.group(1), "content": m.group(2)} for m in self._turn.finditer(text)]
 
-    def complete(self, body: dict[str, Any], policy: str, model: str) -> dict[str, Any]:
+    def complete(self, body: dict[str, Any], policy: str, model: str, fix_fraction: float = 0.25) -> dict[str, Any]:
         prompt = body["prompt"]
-        text = scripted_reply(policy, self.messages(prompt))
+        text = scripted_reply(policy, self.messages(prompt), fix_fraction)
         ids, finish = self.tok.encode(text, add_special_tokens=False) + [self.end_id], "stop"
         cap = body.get("max_tokens")
         if cap and len(ids) > cap:
@@ -175,7 +192,7 @@ class TokenSide:
 
 
 def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768,
-                        tokenizer_dir: str | None = None) -> FastAPI:
+                        tokenizer_dir: str | None = None, fix_fraction: float = 0.25) -> FastAPI:
     """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time.
 
     With `tokenizer_dir` it also serves `/tokenize` and token-id prompts on `/v1/completions` (the token path)."""
@@ -201,7 +218,7 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             raise HTTPException(400, "messages: a non-empty list is required")
         app.state.calls += 1
-        return _chat_response(body, app.state.policy, model)
+        return _chat_response(body, app.state.policy, model, fix_fraction)
 
     if tokenizer_dir:
         side = TokenSide(tokenizer_dir)
@@ -218,7 +235,7 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
             if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
                 raise HTTPException(400, "prompt: a non-empty list of token ids is required")
             app.state.calls += 1
-            return side.complete(body, app.state.policy, model)
+            return side.complete(body, app.state.policy, model, fix_fraction)
 
     @app.post("/scripted/policy")
     async def set_policy(request: Request) -> dict[str, str]:

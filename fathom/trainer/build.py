@@ -141,6 +141,11 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    if t.init_adapter:
+        from fathom.trainer.adapters import load_init_adapter
+
+        # Before train(): TRL's cold weight sync at train begin then serves base + this adapter to the first rollouts.
+        load_init_adapter(trainer.model, t.init_adapter, t.lora)
     if transfer is not None:
         transfer.bind(trainer)
     return Run(trainer=trainer, transfer=transfer, watchdog=watchdog, metrics=metrics, run_dir=run_dir,

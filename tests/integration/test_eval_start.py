@@ -21,7 +21,7 @@ def test_eval_start_runs_the_whole_stack_and_stops_it(tiny_model_dir, tmp_path):
         [sys.executable, "-m", "fathom.entrypoints.cli", "eval", "--config", "configs/eval/smoke.toml", "--start",
          "--tasks", "needle-1k-s1000010,kv_chain-1k-s1000001", "--out", str(tmp_path / "out"),
          "--model.name", str(tiny_model_dir), "--policy_server.port", ports[0], "--capture_proxy.port", ports[1],
-         "--env_server.port", ports[2], "--policy_server.cpu_kvcache_gb", "1", "--eval.max_tokens", "32",
+         "--env_server.port", ports[2], "--policy_server.cpu_kvcache_gb", "1", "--trainer.max_completion_tokens", "32",
          "--env_server.max_turns", "2", "--env_server.sub_rlm_max_turns", "1", "--output_dir", str(tmp_path / "runs")],
         capture_output=True, text=True, cwd=ROOT, timeout=900, env=os.environ)
     assert r.returncode == 0, r.stderr[-3000:]

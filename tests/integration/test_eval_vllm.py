@@ -44,7 +44,7 @@ def test_eval_base_against_hot_loaded_adapters(vllm_server, run_dir, tiny_model_
                        env_overrides={"max_turns": 2, "sub_rlm_max_turns": 1}) as st:
         out = tmp_path / "out"
         r = cli("eval", "--config", str(st.tmp / "stack.toml"), "--adapter", f"sft={other}",
-                "--adapter", f"grpo={run_dir}", "--tasks", TASKS, "--out", str(out), "--eval.max_tokens", "48",
+                "--adapter", f"grpo={run_dir}", "--tasks", TASKS, "--out", str(out), "--trainer.max_completion_tokens", "48",
                 "--eval.concurrency", "2")
         assert r.returncode == 0, r.stderr[-3000:]
         res = json.loads((out / "results.json").read_text())
@@ -100,7 +100,7 @@ def test_watch_scores_each_checkpoint_once_with_hot_loading(vllm_server, run_dir
                        env_overrides={"max_turns": 1, "sub_rlm_max_turns": 1}) as st:
         out = tmp_path / "eval"
         args = ("eval", "watch", "--config", str(st.tmp / "stack.toml"), "--checkpoints", str(run_dir), "--out", str(out),
-                "--n", "2", "--stop-at-step", "3", "--eval.max_tokens", "32", "--eval.split", "test")
+                "--n", "2", "--stop-at-step", "3", "--trainer.max_completion_tokens", "32", "--eval.split", "test")
         r = cli(*args)
         assert r.returncode == 0, r.stderr[-3000:]
         summary = json.loads((out / "summary.json").read_text())

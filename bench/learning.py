@@ -1,0 +1,67 @@
+"""Did the main job teach the model? Reads a finished `fathom launch` run directory and prints one JSON object.
+
+    python bench/learning.py [RUN_DIR]      # default: runs/smoke, the last `make demo`
+
+Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same
+held-out tasks, paired bootstrap deltas) and `launch.json` (the job's wall time). Nothing is re-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _target(name: str, value: float | None, target: str, met: bool) -> dict:
+    return {"name": name, "value": value, "target": target, "met": bool(met)}
+
+
+def evaluate(run_dir: Path) -> dict:
+    summary_path, launch_path = run_dir / "eval" / "summary.json", run_dir / "launch.json"
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"{summary_path} does not exist: run `make demo` (or `fathom launch CONFIG`) first")
+    s = json.loads(summary_path.read_text())
+    stages = {k: v["pass@1"]["pass@1"] for k, v in s["stages"].items()}
+    paired = s["paired"]
+    sft_base = paired.get("sft-base", {})
+    grpo_sft = paired.get("grpo-sft", {})
+    wall_s = json.loads(launch_path.read_text())["wall_s"] if launch_path.is_file() else None
+    d_sft = sft_base.get("delta")
+    ci = grpo_sft.get("ci")
+    return {
+        "run_dir": str(run_dir),
+        "n_tasks": s["n_tasks"],
+        "split": s.get("split"),
+        "pass@1": stages,
+        "intervals": {k: v["pass@1"]["ci"] for k, v in s["stages"].items()},
+        "paired": {k: {"delta": v["delta"], "ci": v["ci"], "n": v["n"]} for k, v in paired.items()},
+        "wall_min": None if wall_s is None else round(wall_s / 60, 1),
+        "targets": [
+            _target("sft_minus_base_pass1", d_sft, ">= 0.30", d_sft is not None and d_sft >= 0.30),
+            _target("grpo_minus_sft_paired_ci_low", None if not ci else ci[0], "> 0 (95% paired bootstrap)",
+                    bool(ci) and ci[0] > 0),
+            _target("demo_wall_min", None if wall_s is None else round(wall_s / 60, 1), "<= 40",
+                    wall_s is not None and wall_s <= 40 * 60),
+            _target("beyond_window_fraction", s["beyond_window_fraction"], ">= 0.25",
+                    s["beyond_window_fraction"] >= 0.25),
+            _target("heldout_tasks", s["n_tasks"], ">= 100", s["n_tasks"] >= 100),
+        ],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run_dir", nargs="?", default="runs/smoke")
+    args = ap.parse_args()
+    try:
+        out = evaluate(Path(args.run_dir))
+    except FileNotFoundError as e:
+        print(json.dumps({"error": str(e), "targets": []}))
+        sys.exit(1)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

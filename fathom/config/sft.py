@@ -1,0 +1,39 @@
+"""Settings of the SFT warm start (`fathom sft`): scripted-teacher episodes recorded on the token path, then LoRA SFT."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from fathom.config.base import FathomModel
+
+
+class SftConfig(FathomModel):
+    n_tasks: int = Field(96, ge=1)
+    """Training tasks whose scripted-teacher episodes are recorded as SFT examples (one episode each)."""
+
+    families: list[str] = ["needle", "kv_chain", "code_qa"]
+    """Task families drawn for SFT data, round-robin."""
+
+    lengths: list[int] = [2048, 8192, 32768, 131072]
+    """Context lengths (characters) drawn for SFT data, round-robin; past the model's window on purpose."""
+
+    seed: int = Field(500_000, ge=0, lt=1_000_000)
+    """First task seed of the SFT data; seeds count up from here in the train block, clear of the pinned train split (seeds 0-999) that GRPO draws from."""
+
+    fix_fraction: float = Field(0.25, ge=0.0, le=1.0)
+    """Share of episodes whose first turn is a wrong attempt (an error or an empty result) fixed in the next turn."""
+
+    epochs: float = Field(2.0, gt=0)
+    """Passes over the recorded examples."""
+
+    learning_rate: float = Field(1e-3, gt=0)
+    """LoRA learning rate. 1e-3 took the embedded model's loss from 0.77 to 0.05 in 30 steps (DESIGN.md's SFT probe)."""
+
+    batch_size: int = Field(4, ge=1)
+    """Examples per optimizer step (padded, no packing)."""
+
+    bf16: bool = True
+    """bf16 autocast on CPU (AMX): about 2x the fp32 fwd+bwd rate on this machine kind; weights stay fp32."""
+
+    max_length: int = Field(4096, ge=256)
+    """Longest example in tokens; longer recordings are dropped, never truncated (a cut example teaches a cut answer)."""

@@ -1,0 +1,142 @@
+"""`fathom launch CONFIG`: the main job. Servers up, then SFT, GRPO and a held-out evaluation, then all down.
+
+The plan is a list of steps computed from the config alone (`--dry-run` prints it), so what runs
+is what the plan says. Servers and stages are `fathom` subcommands run as supervised children
+(`supervisor.py`); the stages reach the servers at the URLs the config gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from fathom.entrypoints.common import OVERRIDE_SETTINGS, config_from, die
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str
+    """`server` (kept up, health-checked) or `stage` (run to completion)."""
+    name: str
+    argv: list[str]
+    health_url: str | None = None
+
+
+def _local(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def server_urls(cfg) -> dict[str, str]:
+    """Base URLs (no /v1) of the policy server, capture proxy and env server as the config places them."""
+    ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
+    return {
+        "policy": f"http://{_local(ps.host)}:{ps.port}",
+        "proxy": f"http://{_local(pc.host)}:{pc.port}",
+        "env": f"http://{_local(es.host)}:{es.port}",
+    }
+
+
+def sft_adapter_dir(cfg) -> Path:
+    return cfg.run_dir / "sft" / "adapter"
+
+
+def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
+    """Every step of the main job, in order."""
+    fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
+    common = ["-c", config_path, *overrides]
+    urls = server_urls(cfg)
+    steps = [
+        Step("server", "policy", [*fathom, "policy", "serve", *common], f"{urls['policy']}/health"),
+        Step("server", "proxy", [*fathom, "proxy", "serve", *common], f"{urls['proxy']}/healthz"),
+        Step("server", "env", [*fathom, "env", "serve", *common], f"{urls['env']}/health"),
+    ]
+    start = cfg.trainer.init_adapter
+    if "sft" in cfg.launch.stages and not start:
+        steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
+        start = str(sft_adapter_dir(cfg))
+    if "grpo" in cfg.launch.stages:
+        if cfg.launch.eval_watch:
+            steps.append(Step("server", "eval-watch", [*fathom, "eval", "watch", *common]))
+        init = ["--trainer.init_adapter", start] if start else []
+        steps.append(Step("stage", "grpo", [*fathom, "train", *common, *init]))
+    if "eval" in cfg.launch.stages:
+        stages = ["--stage", "base"]
+        if start:
+            stages += ["--stage", f"{'sft' if start == str(sft_adapter_dir(cfg)) else 'init'}={start}"]
+        if "grpo" in cfg.launch.stages:
+            stages += ["--stage", f"grpo={cfg.run_dir / 'final'}"]
+        steps.append(Step("stage", "eval", [*fathom, "eval", "stages", *common, *stages]))
+    return steps
+
+
+def launch(
+    ctx: typer.Context,
+    config: str = typer.Argument(..., help="TOML config, e.g. configs/smoke.toml."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
+) -> None:
+    """Run the main job: policy server, proxy and env server, then SFT, GRPO and held-out evaluation."""
+    cfg = config_from(ctx, config)
+    steps = plan(cfg, config, list(ctx.args))
+    if dry_run:
+        for i, s in enumerate(steps, 1):
+            extra = f"  (healthy at {s.health_url})" if s.health_url else ""
+            print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")
+        return
+
+    from rich.console import Console
+
+    from fathom.config import write_resolved
+    from fathom.entrypoints.supervisor import LaunchError, Supervisor
+
+    from fathom.config.model import EMBEDDED
+    from fathom.policy_server.models import ModelError, prepare_embedded
+
+    console = Console(stderr=True)
+    if cfg.model.name == EMBEDDED:
+        try:
+            with console.status("preparing the embedded model (SmolLM2-135M-Instruct)"):
+                prepare_embedded()
+        except ModelError as e:
+            die(str(e))
+    write_resolved(cfg)
+    t0 = time.monotonic()
+    log_dir = cfg.run_dir / "logs"
+    try:
+        with Supervisor(log_dir) as sup:
+            for s in steps:
+                if s.kind == "server":
+                    with console.status(f"starting {s.name} (log: {log_dir / (s.name + '.log')})") as status:
+                        sup.serve(s.name, s.argv, s.health_url or "", cfg.launch.server_start_timeout_s,
+                                  on_tick=status.update)
+                    console.print(f"[green]{s.name} healthy[/] ({s.health_url})")
+                else:
+                    console.rule(f"stage {s.name}")
+                    sup.run_stage(s.name, s.argv)
+    except LaunchError as e:
+        die(f"the main job stopped: {e}", code=1)
+    except KeyboardInterrupt:
+        die("interrupted; every server and stage was stopped", code=130)
+    plots: list = []
+    if (cfg.run_dir / "metrics.jsonl").is_file():
+        from fathom.trainer.plot import PlotError, plot_run
+
+        try:
+            plots = plot_run(cfg.run_dir)
+        except PlotError as e:
+            console.print(f"[yellow]no plots[/]: {e}")
+    wall = time.monotonic() - t0
+    (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps]}) + "\n")
+    console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}")
+    summary = cfg.run_dir / "eval" / "summary.json"
+    if summary.is_file():
+        console.print(f"pass@1 by stage and paired deltas: {summary}; reports: {cfg.run_dir / 'eval'}/<stage>/report.html; "
+                      f"training plots: {plots[0].parent if plots else 'none'}")
+
+
+__all__ = ["OVERRIDE_SETTINGS", "Step", "launch", "plan", "server_urls"]

@@ -1,0 +1,146 @@
+"""`fathom sft`: record scripted-teacher episodes through the real harness and proxy, then LoRA SFT on them.
+
+The teacher (the scripted `teach` policy on the model's own tokenizer, `fathom.env_server.scripted`)
+and a capture proxy in front of it run in this process on free loopback ports; the episodes run on the env server named by the config (the
+one `fathom launch` started), so they use the same sandbox, harness and token path as GRPO.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import typer
+
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+
+
+def sft_task_ids(sft: Any) -> list[str]:
+    """The SFT data's tasks: families and lengths round-robin, seeds counting up in the train block."""
+    from fathom.tasks.record import make_id
+
+    fams, lens = sft.families, sft.lengths
+    return [make_id(fams[i % len(fams)], sft.seed + i, lens[(i // len(fams)) % len(lens)]) for i in range(sft.n_tasks)]
+
+
+@contextmanager
+def serve_in_thread(app: Any) -> Iterator[str]:
+    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL and stops it on exit."""
+    import socket
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("an in-process server failed to start (see the log above)")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+def record_episode(factory: Any, task_id: str, max_length: int) -> tuple[list[dict], dict[str, Any]]:
+    """One teacher episode: its training rows (empty unless it was solved with no cut turn) and a summary."""
+    from fathom.trainer.sft import rows_from_trace
+
+    session = factory.create(task_id)
+    try:
+        session.wait_for_completion()
+        trace = session.fetch_training_trace()
+        verdict = session.verify([])
+    finally:
+        session.close()
+    res = session.result
+    cut = any(t.metadata.get("finish_reason") == "length" for t in trace.turns)
+    correct = bool(res and res.reward_components and res.reward_components.correct)
+    rows = rows_from_trace(trace) if correct and not cut else []
+    too_long = [r for r in rows if len(r["input_ids"]) > max_length]
+    summary = {"task_id": task_id, "reward": verdict.env_reward, "correct": correct, "cut": cut,
+               "turns": len(res.turns) if res else 0, "stop_reason": res.stop_reason if res else None,
+               "rows": 0 if too_long else len(rows), "tokens": sum(len(r["input_ids"]) for r in rows)}
+    return ([] if too_long else rows), summary
+
+
+def sft(
+    ctx: typer.Context,
+    config: str = CONFIG_OPTION,
+    out: str = typer.Option("", help="Output directory; default <run_dir>/sft."),
+    workers: int = typer.Option(8, help="Episodes recorded at once."),
+) -> None:
+    """Record teacher episodes on the running env server, then train the LoRA warm start (`<out>/adapter`)."""
+    cfg = config_from(ctx, config)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from fathom.capture_proxy.app import create_app
+    from fathom.entrypoints.launch_cmd import server_urls
+    from fathom.env_server.scripted import create_scripted_app
+    from fathom.policy_server.models import ModelError, resolve_model
+    from fathom.rollout_worker.session import FathomSessionFactory
+    from fathom.trainer.sft import train_sft
+
+    console = Console(stderr=True)
+    out_dir = Path(out) if out else cfg.run_dir / "sft"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        model_dir = resolve_model(cfg.model)
+    except ModelError as e:
+        die(str(e))
+    name = cfg.policy_server.served_model_name
+    teacher = create_scripted_app("teach", name, cfg.model.max_model_len, tokenizer_dir=str(model_dir),
+                                  fix_fraction=cfg.sft.fix_fraction)
+    task_ids = sft_task_ids(cfg.sft)
+    env_url = server_urls(cfg)["env"]
+    rows: list[dict] = []
+    summaries: list[dict] = []
+    cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+            TextColumn("{task.fields[info]}"), TimeRemainingColumn())
+    with serve_in_thread(teacher) as teacher_url, \
+            serve_in_thread(create_app(cfg.capture_proxy, upstream_url=teacher_url, base_model=name,
+                                       weight_sync="merged")) as proxy_url:
+        factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_url, max_tokens=_output_cap(cfg),
+                                       max_turns=cfg.env_server.max_turns)
+        with Progress(*cols, console=console) as bar, ThreadPoolExecutor(workers) as pool:
+            job = bar.add_task("recording teacher episodes", total=len(task_ids), info="")
+            futures = [pool.submit(record_episode, factory, t, cfg.sft.max_length) for t in task_ids]
+            for fut in futures:
+                try:
+                    got, summary = fut.result()
+                except Exception as e:  # noqa: BLE001 - one failed recording is reported, the rest still count
+                    got, summary = [], {"error": str(e)}
+                rows += got
+                summaries.append(summary)
+                kept = sum(1 for s in summaries if s.get("rows"))
+                bar.update(job, advance=1, info=f"kept {kept}")
+    (out_dir / "episodes.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries))
+    (out_dir / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    kept = sum(1 for s in summaries if s.get("rows"))
+    console.print(f"recorded {len(summaries)} teacher episodes; {kept} solved without a cut turn -> {len(rows)} rows")
+    if not rows:
+        die(f"no usable teacher episode; see {out_dir / 'episodes.jsonl'}", code=1)
+    with Progress(*cols, console=console) as bar:
+        job = bar.add_task("SFT", total=None, info="")
+        metrics = train_sft(model_dir, rows, out_dir, sft=cfg.sft, lora=cfg.trainer.lora,
+                            on_step=lambda s, n, loss: bar.update(job, completed=s, total=n, info=f"loss {loss:.3f}"))
+    console.print(f"SFT done: {json.dumps(metrics)}; adapter in {out_dir / 'adapter'}")
+
+
+def _output_cap(cfg: Any) -> int:
+    """The per-call output cap training and evaluation share."""
+    return int(getattr(cfg.trainer, "max_completion_tokens", 512))
+
+
+__all__ = ["OVERRIDE_SETTINGS", "record_episode", "sft", "sft_task_ids"]

@@ -1,0 +1,126 @@
+"""`fathom eval stages`: the main job's final evaluation, base then SFT then GRPO on the same held-out tasks.
+
+Each stage's weights are put on the running vLLM in turn: reloaded from disk as merged weights
+when the server runs in dev mode (merged weight sync, no LoRA needed), else hot-loaded as a LoRA.
+Every stage is scored by `run_eval` on the same tasks, then consecutive stages are compared with
+a paired bootstrap. Writes `<out>/<stage>/` (results, report) and `<out>/summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import typer
+
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+
+
+def parse_stages(specs: list[str]) -> list[tuple[str, str | None]]:
+    """`base` (the base weights) or `LABEL=ADAPTER`, in order; labels unique."""
+    out: list[tuple[str, str | None]] = []
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if (sep and not path) or not label or label in (x for x, _ in out) or (not sep and label != "base"):
+            die(f"--stage {spec!r}: give `base` or LABEL=ADAPTER_DIR with a unique LABEL")
+        out.append((label, path or None))
+    return out
+
+
+def summarize_stages(per_stage: dict[str, dict[str, bool]], results: dict[str, dict], *, boot: dict,
+                     beyond_fraction: float, wall_s: float) -> dict:
+    """pass@1 of each stage and the paired difference of each stage against the one before it and the first."""
+    from fathom.eval.stats import paired
+
+    labels = list(per_stage)
+    out: dict = {"stages": {}, "paired": {}, "beyond_window_fraction": beyond_fraction, "wall_s": round(wall_s, 1)}
+    for label in labels:
+        s = results[label]
+        out["stages"][label] = {"pass@1": s["pass@1"], "unscorable": s["unscorable"], "n": s["n"],
+                                "mean_tokens": s["tokens"]["mean_total"], "by_family": s["by_family"]}
+    pairs = [(labels[i - 1], labels[i]) for i in range(1, len(labels))]
+    if len(labels) > 2:
+        pairs.append((labels[0], labels[-1]))
+    for a, b in pairs:
+        c = paired(per_stage[a], per_stage[b], **boot)
+        out["paired"][f"{b}-{a}"] = {k: c[k] for k in ("n", "both", "only_base", "only_adapter", "neither", "delta", "ci")}
+    return out
+
+
+def stages(
+    ctx: typer.Context,
+    config: str = CONFIG_OPTION,
+    stage: list[str] = typer.Option(..., help="`base`, or LABEL=ADAPTER_DIR; repeat, in order (base, sft=..., grpo=...)."),
+    out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval)."),
+) -> None:
+    """Score each stage's weights on the same held-out tasks; pass@1 with intervals and paired stage-to-stage deltas."""
+    cfg = config_from(ctx, config)
+    plan = parse_stages(stage)
+    from fathom.entrypoints.eval_cmd import _task_ids, run_eval
+    from fathom.entrypoints.launch_cmd import server_urls
+    from fathom.eval.metrics import CHARS_PER_TOKEN
+    from fathom.eval.runner import EvalError
+    from fathom.policy_server.client import PolicyClientError
+    from fathom.policy_server.launch import dev_mode
+    from fathom.policy_server.models import ModelError, resolve_model
+    from fathom.tasks import get_task
+    from fathom.trainer.adapters import AdapterError, adapter_dir, serve_merged
+    from fathom.trainer.weight_sync import WeightSyncError
+
+    out = out or cfg.run_dir / "eval"
+    urls = server_urls(cfg)
+    ids = _task_ids(cfg, None, None)
+    name = cfg.policy_server.served_model_name
+    try:
+        model_dir = resolve_model(cfg.model)
+    except ModelError as e:
+        die(str(e))
+    reload = dev_mode(cfg.policy_server)
+    t0 = time.monotonic()
+    per_stage: dict[str, dict[str, bool]] = {}
+    summaries: dict[str, dict] = {}
+    for label, adapter in plan:
+        try:
+            if reload:
+                # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
+                v = serve_merged(model_dir, adapter, vllm_url=urls["policy"], proxy_url=urls["proxy"],
+                                 directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s)
+                for old in (out / "weights").iterdir():
+                    if old.name != label:
+                        shutil.rmtree(old, ignore_errors=True)
+                typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
+                results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]), model=name)
+                summary = results["models"][name]
+            else:
+                adapters = [(label, adapter_dir(adapter))] if adapter else []
+                results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
+                                      adapters=adapters, base=not adapter)
+                summary = results["models"]["base" if not adapter else label]
+        except (EvalError, PolicyClientError, AdapterError, WeightSyncError, OSError) as e:
+            die(f"stage {label}: {e}", code=1)
+        summaries[label] = summary["summary"]
+        per_stage[label] = {r["task_id"]: bool(r["correct"]) for r in summary["rows"] if r["scorable"]}
+    if reload and plan[-1][1] is None and len(plan) > 1:
+        typer.echo("note: vLLM now serves the base weights")
+    beyond = sum(1 for t in ids if len(get_task(t).context) / CHARS_PER_TOKEN > cfg.model.max_model_len) / len(ids)
+    boot = {"n": cfg.eval.bootstrap, "confidence": cfg.eval.confidence, "seed": cfg.eval.seed}
+    summary = summarize_stages(per_stage, summaries, boot=boot, beyond_fraction=beyond, wall_s=time.monotonic() - t0)
+    summary |= {"split": cfg.eval.split, "n_tasks": len(ids), "max_completion_tokens": cfg.trainer.max_completion_tokens,
+                "max_turns": cfg.env_server.max_turns}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    for label, s in summary["stages"].items():
+        p = s["pass@1"]
+        rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
+        typer.echo(f"{label:>5}: pass@1 {rate} over {p['n']} tasks ({s['unscorable']} unscorable)")
+    for key, c in summary["paired"].items():
+        if c["delta"] is not None:
+            typer.echo(f"{key}: {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}] (paired bootstrap, "
+                       f"{c['n']} tasks)")
+    typer.echo(f"{beyond:.0%} of the tasks are longer than the model's {cfg.model.max_model_len}-token window; "
+               f"summary in {out / 'summary.json'}, reports in {out}/<stage>/report.html")
+
+
+__all__ = ["OVERRIDE_SETTINGS", "parse_stages", "stages", "summarize_stages"]

@@ -1,0 +1,121 @@
+"""SFT warm start: LoRA fine-tuning on recorded teacher episodes, loss on the model's own turns only.
+
+Rows come from the captured traces through TRL's own chaining (`_turns_from_training_trace`,
+`_chain_to_sequences`), the function GRPO uses: an SFT row and a GRPO row of the same episode
+hold the same tokens under the same mask. Labels are the token where the mask is 1 (a token
+the teacher wrote in an assistant turn) and -100 elsewhere (system prompt, question, REPL
+output, template tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+IGNORE = -100
+
+
+def rows_from_trace(trace: Any, rollout_id: Any = 0) -> list[dict[str, list[int]]]:
+    """One row per conversation with trained tokens: `input_ids` and `labels` (-100 off the assistant turns)."""
+    from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
+    from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
+
+    # Fork threshold 0: a turn that does not extend its conversation starts a new row rather than being
+    # realigned, so no teacher token is ever relabelled as context.
+    sequences, _tally = _chain_to_sequences(_turns_from_training_trace(trace), rollout_id, 0)
+    rows = []
+    for seq in sequences:
+        labels = [t if m else IGNORE for t, m in zip(seq.input_ids, seq.completion_mask)]
+        rows.append({"input_ids": list(seq.input_ids), "labels": labels})
+    return rows
+
+
+def _lora_config(lora: Any):
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
+
+
+def train_sft(
+    model_dir: str | Path,
+    rows: list[dict[str, list[int]]],
+    out_dir: Path,
+    *,
+    sft: Any,
+    lora: Any,
+    on_step: Callable[[int, int, float], None] | None = None,
+) -> dict[str, Any]:
+    """Train a LoRA adapter with TRL's SFTTrainer; writes `out_dir/adapter` (PEFT) and returns the run's metrics."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from fathom.trainer import cpu_compat
+
+    cpu_compat.apply()  # TRL's fused LM head calls a Triton kernel; without CUDA it gets the pure-torch one
+    if not rows:
+        raise ValueError("no SFT examples: every recorded episode failed or was longer than sft.max_length")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    steps_per_epoch = math.ceil(len(rows) / sft.batch_size)
+    total = max(1, math.ceil(steps_per_epoch * sft.epochs))
+    log: list[dict[str, Any]] = []
+
+    class Progress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                log.append({"step": state.global_step, **{k: float(v) for k, v in logs.items()}})
+                if on_step:
+                    on_step(state.global_step, total, float(logs["loss"]))
+
+    args = SFTConfig(
+        output_dir=str(out_dir / "trainer"),
+        learning_rate=sft.learning_rate,
+        per_device_train_batch_size=sft.batch_size,
+        max_steps=total,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, total // 10),
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        bf16=sft.bf16,
+        use_cpu=not torch.cuda.is_available(),
+        max_length=None,  # rows longer than sft.max_length were dropped, never cut
+        packing=False,
+        dataloader_num_workers=0,
+        seed=sft.seed,
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                         peft_config=_lora_config(lora), callbacks=[Progress()])
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # with disable_tqdm it prints every log dict; the caller's bar shows loss
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+    adapter = out_dir / "adapter"
+    tmp = out_dir / "adapter.tmp"
+    trainer.model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if adapter.exists():
+        import shutil
+
+        shutil.rmtree(adapter)
+    tmp.rename(adapter)  # a half-written adapter is never seen under its final name
+    tokens = sum(len(r["input_ids"]) for r in rows)
+    trained = sum(1 for r in rows for t in r["labels"] if t != IGNORE)
+    metrics = {"examples": len(rows), "steps": total, "epochs": sft.epochs, "wall_s": round(wall, 1),
+               "tokens_per_epoch": tokens, "trained_tokens_per_epoch": trained,
+               "tokens_per_s": round(tokens * sft.epochs / wall, 1) if wall else None,
+               "first_loss": log[0]["loss"] if log else None, "last_loss": log[-1]["loss"] if log else None}
+    (out_dir / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    (out_dir / "sft_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics

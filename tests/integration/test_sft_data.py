@@ -1,0 +1,92 @@
+"""SFT data: the teacher speaks the served model's tokens, and the loss covers the assistant's tokens only.
+
+Uses the tiny model's tokenizer and chat template (TRL's Qwen2.5 template); no model runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from openenv.core.harness.training import TrainingTrace, TrainingTurn
+from transformers import AutoTokenizer
+
+from fathom.env_server.server import prompts
+from fathom.env_server.server.tokens import ChatTokens
+from fathom.env_server.scripted import create_scripted_app, scripted_reply, wrong_attempt
+from fathom.tasks import generate, reference_solution
+from fathom.trainer.sft import IGNORE, rows_from_trace
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir: Path):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def _conversation(question: str) -> list[dict[str, str]]:
+    return prompts.initial_messages(question, "x" * 5000, 300)
+
+
+def _turn(i: int, prompt: list[int], completion: list[int]) -> TrainingTurn:
+    return TrainingTurn(node_id=f"c{i}", prompt_token_ids=prompt, completion_token_ids=completion,
+                        per_token_logps=[0.0] * len(completion),
+                        loss_mask=[0] * len(prompt) + [1] * len(completion), metadata={"trainable": True})
+
+
+def test_loss_mask_covers_exactly_the_assistant_turns(tok) -> None:
+    a1, a2 = "```repl\nprint(len(context))\n```", "```repl\nFINAL('42')\n```"
+    feedback = prompts.repl_feedback(["5000"], 3)
+    msgs = _conversation("What is the magic number?")
+    chat = ChatTokens(tok, "tiny")  # the harness's own token-space prompt builder
+    p0 = chat.initial(msgs)
+    c0 = tok(a1, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    p1 = chat.next_prompt(p0, c0, feedback)
+    full = msgs + [{"role": "assistant", "content": a1}, {"role": "user", "content": feedback}]
+    c1 = tok(a2, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    rows = rows_from_trace(TrainingTrace(schema_version=1, turns=[_turn(0, p0, c0), _turn(1, p1, c1)]))
+
+    assert len(rows) == 1  # one conversation, one row
+    ids, labels = rows[0]["input_ids"], rows[0]["labels"]
+    assert ids == p1 + c1
+    trained = [t for t in labels if t != IGNORE]
+    assert trained == c0 + c1
+    assert tok.decode(trained) == f"{a1}<|im_end|>{a2}<|im_end|>"
+    # Nothing the environment wrote is trained: system prompt, question, REPL output, template tokens.
+    masked = tok.decode([t for t, lab in zip(ids, labels) if lab == IGNORE])
+    assert prompts.SYSTEM_PROMPT in masked and "REPL output" in masked
+    assert "FINAL('42')" not in masked and "print(len(context))\n" not in masked
+    full_text = tok.apply_chat_template(full + [{"role": "assistant", "content": a2}], tokenize=False)
+    assert tok.decode(ids) == full_text.rstrip("\n")
+
+
+def test_teacher_answers_with_the_reference_program_or_a_fixable_first_attempt() -> None:
+    task = generate("needle", 500_001, 4096)
+    msgs = _conversation(task.question)
+    ref = f"```repl\n{reference_solution(task.question).rstrip()}\n```"
+    assert scripted_reply("teach", msgs, fix_fraction=0.0) == ref
+    first = scripted_reply("teach", msgs, fix_fraction=1.0)
+    assert first != ref and first == wrong_attempt(task.question, reference_solution(task.question))
+    assert "FINAL" not in first or "contxt" in first  # a wrong attempt never answers
+    later = msgs + [{"role": "assistant", "content": first}, {"role": "user", "content": "REPL output:\n..."}]
+    assert scripted_reply("teach", later, fix_fraction=1.0) == ref  # the fix comes on the next turn
+    kinds = {wrong_attempt(generate("needle", s, 4096).question, "x = context.find('a')") for s in range(20)}
+    assert kinds == {"```repl\nx = contxt.find('a')\n```", "```repl\nprint(len(context))\nprint(context[:300])\n```"}
+
+
+def test_teacher_speaks_token_ids_with_the_models_eos(tok, tiny_model_dir: Path) -> None:
+    app = create_scripted_app("teach", "tiny", 4096, tokenizer_dir=str(tiny_model_dir), fix_fraction=0.0)
+    task = generate("code_qa", 500_002, 4096)
+    msgs = _conversation(task.question)
+    with TestClient(app) as client:
+        served = client.post("/tokenize", json={"messages": msgs, "add_generation_prompt": True}).json()
+        prompt = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
+        assert served["tokens"] == list(prompt) and served["max_model_len"] == 4096
+        r = client.post("/v1/completions", json={"model": "tiny", "prompt": served["tokens"], "max_tokens": 2048})
+        choice = r.json()["choices"][0]
+        assert choice["prompt_token_ids"] == served["tokens"] and choice["finish_reason"] == "stop"
+        assert choice["token_ids"][-1] == tok.eos_token_id
+        assert tok.decode(choice["token_ids"][:-1]) == f"```repl\n{reference_solution(task.question).rstrip()}\n```"
+        cut = client.post("/v1/completions", json={"prompt": served["tokens"], "max_tokens": 5}).json()["choices"][0]
+        assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 5
+        assert client.post("/v1/completions", json={"prompt": "text"}).status_code == 400

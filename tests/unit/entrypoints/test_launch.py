@@ -1,0 +1,73 @@
+"""`fathom launch`'s plan and `run_job.sh`'s dry run: what runs, in which order, with which settings."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fathom.config import load_config
+from fathom.entrypoints.launch_cmd import plan
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _names(steps):
+    return [(s.kind, s.name) for s in steps]
+
+
+def test_plan_starts_servers_then_sft_grpo_eval() -> None:
+    cfg = load_config(ROOT / "configs/smoke.toml")
+    steps = plan(cfg, "configs/smoke.toml", ["--trainer.max_steps", "3"])
+    assert _names(steps) == [("server", "policy"), ("server", "proxy"), ("server", "env"),
+                             ("stage", "sft"), ("stage", "grpo"), ("stage", "eval")]
+    assert steps[0].health_url == f"http://127.0.0.1:{cfg.policy_server.port}/health"
+    assert steps[1].health_url == f"http://127.0.0.1:{cfg.capture_proxy.port}/healthz"
+    grpo = steps[4].argv
+    assert grpo[grpo.index("--trainer.init_adapter") + 1] == str(cfg.run_dir / "sft" / "adapter")
+    assert all(s.argv[s.argv.index("-c") + 1:][:3] == ["configs/smoke.toml", "--trainer.max_steps", "3"] for s in steps)
+    ev = steps[5].argv
+    assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == [
+        "base", f"sft={cfg.run_dir / 'sft' / 'adapter'}", f"grpo={cfg.run_dir / 'final'}"]
+
+
+def test_a_starting_adapter_skips_sft() -> None:
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.init_adapter", "/adapters/warm"])
+    steps = plan(cfg, "configs/smoke.toml", [])
+    assert ("stage", "sft") not in _names(steps)
+    grpo = next(s for s in steps if s.name == "grpo").argv
+    assert grpo[grpo.index("--trainer.init_adapter") + 1] == "/adapters/warm"
+    ev = steps[-1].argv
+    assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == ["base", "init=/adapters/warm",
+                                                                        f"grpo={cfg.run_dir / 'final'}"]
+
+
+def test_eval_watch_runs_beside_grpo() -> None:
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]'])
+    assert _names(plan(cfg, "configs/smoke.toml", [])) == [
+        ("server", "policy"), ("server", "proxy"), ("server", "env"), ("server", "eval-watch"), ("stage", "grpo")]
+
+
+def test_run_job_passes_shellcheck() -> None:
+    if shutil.which("shellcheck") is None:
+        pytest.fail("shellcheck is not installed; `make setup` installs it (Debian package shellcheck)")
+    out = subprocess.run(["shellcheck", str(ROOT / "run_job.sh")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout
+
+
+def test_run_job_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
+    env = dict(os.environ, DRY_RUN="1", MAX_STEPS="20", ADAPTER_REPO="someone/fathom-lora",
+               CHECKPOINT_DIR=str(tmp_path / "bucket"), PY=str(ROOT / ".venv/bin/python"))
+    out = subprocess.run(["bash", str(ROOT / "run_job.sh")], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "+ make setup-gpu" in lines
+    launch = [x for x in lines if x.startswith("+ ") and " launch configs/qwen1.5b-a100.toml" in x]
+    assert launch and "--trainer.max_steps 20" in launch[0] and f"--output_dir {tmp_path / 'bucket'}" in launch[0]
+    assert any("stage grpo" in x for x in lines) and any("server policy" in x for x in lines)
+    push = [x for x in lines if x.startswith("+ ") and "--push someone/fathom-lora" in x]
+    assert push and f" export {tmp_path / 'bucket' / 'qwen1.5b-a100'} " in push[0]
+    assert not (tmp_path / "bucket").exists()  # nothing ran

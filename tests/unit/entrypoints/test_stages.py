@@ -1,0 +1,64 @@
+"""The main job's final numbers: stage specs, paired stage-to-stage deltas, and bench/learning.py's targets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import typer
+import pytest
+
+from fathom.entrypoints.stages_cmd import parse_stages, summarize_stages
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _summary(correct: dict[str, bool]) -> dict:
+    n = len(correct)
+    k = sum(correct.values())
+    return {"pass@1": {"pass@1": k / n, "ci": [0.0, 1.0], "n": n}, "unscorable": 0, "n": n,
+            "tokens": {"mean_total": 100.0}, "by_family": {}}
+
+
+def test_stage_specs() -> None:
+    assert parse_stages(["base", "sft=/a", "grpo=/b"]) == [("base", None), ("sft", "/a"), ("grpo", "/b")]
+    for bad in (["sft"], ["base", "base"], ["x="], ["=y"]):
+        with pytest.raises(typer.Exit):
+            parse_stages(bad)
+
+
+def test_each_stage_is_paired_with_the_one_before_and_the_first() -> None:
+    tasks = [f"t{i}" for i in range(10)]
+    per = {"base": {t: False for t in tasks}, "sft": {t: i < 6 for i, t in enumerate(tasks)},
+           "grpo": {t: i < 8 for i, t in enumerate(tasks)}}
+    out = summarize_stages(per, {k: _summary(v) for k, v in per.items()}, boot={"n": 500, "seed": 0},
+                           beyond_fraction=0.9, wall_s=12.34)
+    assert set(out["paired"]) == {"sft-base", "grpo-sft", "grpo-base"}
+    assert out["paired"]["sft-base"]["delta"] == pytest.approx(0.6)
+    assert out["paired"]["grpo-sft"]["delta"] == pytest.approx(0.2)
+    assert out["paired"]["grpo-sft"]["only_adapter"] == 2 and out["paired"]["grpo-sft"]["only_base"] == 0
+    assert out["stages"]["grpo"]["pass@1"]["pass@1"] == pytest.approx(0.8)
+
+
+def _learning():
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "bench" / "learning.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> None:
+    tasks = [f"t{i}" for i in range(100)]
+    per = {"base": {t: i < 5 for i, t in enumerate(tasks)}, "sft": {t: i < 45 for i, t in enumerate(tasks)},
+           "grpo": {t: i < 47 for i, t in enumerate(tasks)}}
+    s = summarize_stages(per, {k: _summary(v) for k, v in per.items()}, boot={"n": 500, "seed": 0},
+                         beyond_fraction=0.8, wall_s=0)
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "summary.json").write_text(json.dumps(s | {"n_tasks": 100, "split": "heldout"}))
+    (tmp_path / "launch.json").write_text(json.dumps({"wall_s": 45 * 60}))
+    met = {t["name"]: t["met"] for t in _learning().evaluate(tmp_path)["targets"]}
+    assert met == {"sft_minus_base_pass1": True, "grpo_minus_sft_paired_ci_low": False, "demo_wall_min": False,
+                   "beyond_window_fraction": True, "heldout_tasks": True}
+    with pytest.raises(FileNotFoundError, match="make demo"):
+        _learning().evaluate(tmp_path / "nothing")
