@@ -11,7 +11,6 @@ server tokenizes (vLLM's `/tokenize`) and the model's tokenizer is at hand, on t
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import typer
@@ -121,27 +120,22 @@ def ask(
     from rich.console import Console
     from rich.tree import Tree
 
-    from fathom.entrypoints.stack import _Proc, free_port
+    from fathom.capture_proxy.app import create_app
+    from fathom.entrypoints.common import serve_in_thread
 
-    port = free_port()
-    proxy_url = f"http://127.0.0.1:{port}"
-    cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this proxy's engine at start
-    logs = cfg.run_dir / "logs"
-    argv = [sys.executable, "-m", "fathom.entrypoints.cli", "proxy", "serve", "--config", config, *ctx.args,
-            "--capture_proxy.port", str(port), "--capture_proxy.upstream_url", base_url.rstrip("/"),
-            "--policy_server.served_model_name", base, "--policy_server.weight_sync", "merged"]
-    proxy = _Proc("capture proxy", argv, logs / "ask-proxy.log", f"{proxy_url}/healthz")
+    # A capture proxy of its own, in this process, in front of the served model: eval sessions pin `name`.
+    proxy_app = create_app(cfg.capture_proxy, upstream_url=base_url.rstrip("/"), base_model=base, weight_sync="merged")
     console = Console()
     try:
-        proxy.wait(60.0)
-        eprint(f"asking {name} (on {base} at {base_url}, {path_note}) about {document} ({len(text):,} characters)")
-        out, turns, tally = asyncio.run(_episode(cfg, proxy_url, name, question, text, max_turns or cfg.env_server.max_turns))
+        with serve_in_thread(proxy_app) as proxy_url:
+            cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this engine at start
+            eprint(f"asking {name} (on {base} at {base_url}, {path_note}) about {document} ({len(text):,} characters)")
+            out, turns, tally = asyncio.run(_episode(cfg, proxy_url, name, question, text,
+                                                     max_turns or cfg.env_server.max_turns))
     except asyncio.TimeoutError:
         die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")
     except Exception as e:  # proxy, engine or sandbox failure: say which and stop
         die(f"the episode failed: {e}")
-    finally:
-        proxy.stop()
     tree = Tree(f"[bold]{question}[/]")
     _tree(turns, tree)
     console.print(tree)

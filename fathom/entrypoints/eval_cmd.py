@@ -37,11 +37,10 @@ START_OPTION = typer.Option(False, "--start", help="Start vLLM, the capture prox
 
 
 def _urls(cfg, stack):
-    if stack is not None:
-        return stack.policy_url, stack.proxy_url, stack.env_url
-    ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
-    return (pc.upstream_url or f"http://{ps.host}:{ps.port}", es.proxy_url or f"http://{pc.host}:{pc.port}",
-            f"http://{es.host}:{es.port}")
+    from fathom.entrypoints.launch_cmd import server_urls
+
+    urls = server_urls(cfg)
+    return urls["policy"], urls["proxy"], urls["env"]
 
 
 def _stack(ctx: typer.Context, cfg, config: str, start: bool):

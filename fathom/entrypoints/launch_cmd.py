@@ -33,13 +33,26 @@ def _local(host: str) -> str:
 
 
 def server_urls(cfg) -> dict[str, str]:
-    """Base URLs (no /v1) of the policy server, capture proxy and env server as the config places them."""
+    """Base URLs (no /v1) of the policy server, capture proxy and env server as the config places them: where
+    the proxy forwards (`capture_proxy.upstream_url`) and where episodes record (`env_server.proxy_url`) when set."""
     ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
     return {
-        "policy": f"http://{_local(ps.host)}:{ps.port}",
-        "proxy": f"http://{_local(pc.host)}:{pc.port}",
+        "policy": pc.upstream_url or f"http://{_local(ps.host)}:{ps.port}",
+        "proxy": es.proxy_url or f"http://{_local(pc.host)}:{pc.port}",
         "env": f"http://{_local(es.host)}:{es.port}",
     }
+
+
+def server_steps(cfg, config_path: str, overrides: list[str]) -> list[Step]:
+    """vLLM, then the capture proxy, then the env server, each a `fathom ... serve` child with its health URL."""
+    fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
+    common = ["-c", config_path, *overrides]
+    ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
+    return [
+        Step("server", "policy", [*fathom, "policy", "serve", *common], f"http://{_local(ps.host)}:{ps.port}/health"),
+        Step("server", "proxy", [*fathom, "proxy", "serve", *common], f"http://{_local(pc.host)}:{pc.port}/healthz"),
+        Step("server", "env", [*fathom, "env", "serve", *common], f"http://{_local(es.host)}:{es.port}/health"),
+    ]
 
 
 def sft_adapter_dir(cfg) -> Path:
@@ -50,12 +63,7 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     """Every step of the main job, in order."""
     fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
     common = ["-c", config_path, *overrides]
-    urls = server_urls(cfg)
-    steps = [
-        Step("server", "policy", [*fathom, "policy", "serve", *common], f"{urls['policy']}/health"),
-        Step("server", "proxy", [*fathom, "proxy", "serve", *common], f"{urls['proxy']}/healthz"),
-        Step("server", "env", [*fathom, "env", "serve", *common], f"{urls['env']}/health"),
-    ]
+    steps = server_steps(cfg, config_path, overrides)
     start = cfg.trainer.init_adapter
     if "sft" in cfg.launch.stages and not start:
         steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
@@ -139,4 +147,4 @@ def launch(
                       f"training plots: {plots[0].parent if plots else 'none'}")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "Step", "launch", "plan", "server_urls"]
+__all__ = ["OVERRIDE_SETTINGS", "Step", "launch", "plan", "server_steps", "server_urls"]

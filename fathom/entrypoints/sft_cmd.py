@@ -8,16 +8,13 @@ one `fathom launch` started), so they use the same sandbox, harness and token pa
 from __future__ import annotations
 
 import json
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, serve_in_thread
 
 
 def sft_task_ids(sft: Any) -> list[str]:
@@ -26,31 +23,6 @@ def sft_task_ids(sft: Any) -> list[str]:
 
     fams, lens = sft.families, sft.lengths
     return [make_id(fams[i % len(fams)], sft.seed + i, lens[(i // len(fams)) % len(lens)]) for i in range(sft.n_tasks)]
-
-
-@contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL and stops it on exit."""
-    import socket
-
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("an in-process server failed to start (see the log above)")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 def record_episode(factory: Any, task_id: str, max_length: int) -> tuple[list[dict], dict[str, Any]]:

@@ -34,6 +34,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _gone(pid: int, within: float = 10.0) -> bool:
+    """A killed process takes a moment to exit and be reaped; poll instead of racing it."""
+    deadline = time.monotonic() + within
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _start_server(sup: Supervisor, tmp_path: Path, name: str = "policy"):
     port, pidfile = free_port(), tmp_path / f"{name}.grandchild"
     child = sup.serve(name, [sys.executable, "-c", SERVER, str(port), str(pidfile)],
@@ -50,7 +60,7 @@ def test_servers_and_grandchildren_stop_on_exit(tmp_path: Path) -> None:
         child, grandchild = _start_server(sup, tmp_path)
         sup.run_stage("stage", [sys.executable, "-c", "print('stage ran')"])
         assert child.alive() and _alive(grandchild)
-    assert not _alive(child.proc.pid) and not _alive(grandchild)
+    assert _gone(child.proc.pid) and _gone(grandchild)
     assert "stage ran" in (tmp_path / "logs" / "stage.log").read_text()
     assert "server up" in (tmp_path / "logs" / "policy.log").read_text()
 
@@ -63,7 +73,7 @@ def test_a_server_that_dies_during_a_stage_stops_the_run_with_its_log(tmp_path: 
             sup.run_stage("grpo", [sys.executable, "-c", "import time; time.sleep(60)"])
     msg = str(err.value)
     assert msg.startswith("proxy died with code -9") and "server up" in msg
-    assert not _alive(grandchild)
+    assert _gone(grandchild)
 
 
 def test_a_failed_stage_names_its_command_and_exit_code(tmp_path: Path) -> None:
