@@ -83,8 +83,8 @@ def sft(
     with serve_in_thread(teacher) as teacher_url, \
             serve_in_thread(create_app(cfg.capture_proxy, upstream_url=teacher_url, base_model=name,
                                        weight_sync="merged")) as proxy_url:
-        factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_url, max_tokens=_output_cap(cfg),
-                                       max_turns=cfg.env_server.max_turns)
+        factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_url,
+                                       max_tokens=cfg.trainer.max_completion_tokens, max_turns=cfg.env_server.max_turns)
         with Progress(*cols, console=console) as bar, ThreadPoolExecutor(workers) as pool:
             job = bar.add_task("recording teacher episodes", total=len(task_ids), info="")
             futures = [pool.submit(record_episode, factory, t, cfg.sft.max_length) for t in task_ids]
@@ -108,11 +108,6 @@ def sft(
         metrics = train_sft(model_dir, rows, out_dir, sft=cfg.sft, lora=cfg.trainer.lora,
                             on_step=lambda s, n, loss: bar.update(job, completed=s, total=n, info=f"loss {loss:.3f}"))
     console.print(f"SFT done: {json.dumps(metrics)}; adapter in {out_dir / 'adapter'}")
-
-
-def _output_cap(cfg: Any) -> int:
-    """The per-call output cap training and evaluation share."""
-    return int(getattr(cfg.trainer, "max_completion_tokens", 512))
 
 
 __all__ = ["OVERRIDE_SETTINGS", "record_episode", "sft", "sft_task_ids"]
