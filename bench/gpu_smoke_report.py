@@ -2,9 +2,9 @@
 
     python bench/gpu_smoke_report.py runs/gpu-smoke
 
-`served_logprobs_changed`: after the first merged sync the trainer's weights have moved (its LoRA is no
-longer zero), and the logprobs vLLM returns for on-policy samples still agree with the trainer's
-(mismatch under 1e-3) - so vLLM is serving the new weights, not the old ones.
+`served_logprobs_changed`: the logprobs vLLM returned for on-policy samples of steps 2 and later, which were
+sampled after at least one merged sync, agree with the trainer's updated weights (mismatch under 1e-3), so
+vLLM serves the new weights. It is false when no such sample was measured (all of them off-policy).
 """
 
 from __future__ import annotations
@@ -17,18 +17,26 @@ from pathlib import Path
 
 def main() -> None:
     run = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/gpu-smoke")
+    if not (run / "metrics.jsonl").is_file():
+        print(json.dumps({"error": f"{run / 'metrics.jsonl'} does not exist: run bench/gpu_smoke.sh on a GPU machine",
+                          "targets": []}))
+        sys.exit(1)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
     steps = [r for r in rows if "loss" in r]
 
-    def values(key: str) -> list[float]:
-        return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    def values(key: str, rs: list[dict] = rows) -> list[float]:
+        return [float(r[key]) for r in rs if isinstance(r.get(key), (int, float))]
 
-    sync, mismatch, step_s = values("perf/weight_sync_s"), values("mismatch/abs_ratio_minus_1"), values("step_time")
-    after_sync = mismatch[1:] if len(mismatch) > 1 else []
+    sync, mismatch = values("perf/weight_sync_s"), values("mismatch/abs_ratio_minus_1")
+    times = values("time", steps)
+    step_s = [round(b - a, 2) for a, b in zip(times, times[1:])]
+    # On-policy samples of steps after the first were generated after at least one merged sync.
+    after_sync = values("mismatch/abs_ratio_minus_1", [r for r in steps if r.get("step", 0) >= 2])
     changed = bool(sync) and bool(after_sync) and max(after_sync) < 1e-3
     out = {
         "run_dir": str(run), "steps": len(steps),
         "merged_sync_s": sync, "step_time_s": step_s or None, "mismatch": mismatch,
+        "mismatch_after_sync": after_sync,
         "served_logprobs_changed": changed,
         "targets": [
             {"name": "steps_completed", "value": len(steps), "target": ">= 3", "met": len(steps) >= 3},
