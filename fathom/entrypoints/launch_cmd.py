@@ -64,10 +64,10 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
     common = ["-c", config_path, *overrides]
     steps = server_steps(cfg, config_path, overrides)
-    start = cfg.trainer.init_adapter
+    start, start_label = cfg.trainer.init_adapter, "init"
     if "sft" in cfg.launch.stages and not start:
         steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
-        start = str(sft_adapter_dir(cfg))
+        start, start_label = str(sft_adapter_dir(cfg)), "sft"
     if "grpo" in cfg.launch.stages:
         if cfg.launch.eval_watch:
             steps.append(Step("server", "eval-watch", [*fathom, "eval", "watch", *common]))
@@ -76,7 +76,7 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     if "eval" in cfg.launch.stages:
         stages = ["--stage", "base"]
         if start:
-            stages += ["--stage", f"{'sft' if start == str(sft_adapter_dir(cfg)) else 'init'}={start}"]
+            stages += ["--stage", f"{start_label}={start}"]
         if "grpo" in cfg.launch.stages:
             stages += ["--stage", f"grpo={cfg.run_dir / 'final'}"]
         steps.append(Step("stage", "eval", [*fathom, "eval", "stages", *common, *stages]))
@@ -100,9 +100,8 @@ def launch(
     from rich.console import Console
 
     from fathom.config import write_resolved
-    from fathom.entrypoints.supervisor import LaunchError, Supervisor
-
     from fathom.config.model import EMBEDDED
+    from fathom.entrypoints.supervisor import LaunchError, Supervisor
     from fathom.policy_server.models import ModelError, prepare_embedded
 
     console = Console(stderr=True)
