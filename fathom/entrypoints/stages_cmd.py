@@ -58,15 +58,15 @@ def stages(
     """Score each stage's weights on the same held-out tasks; pass@1 with intervals and paired stage-to-stage deltas."""
     cfg = config_from(ctx, config)
     plan = parse_stages(stage)
-    from fathom.entrypoints.eval_cmd import _task_ids, run_eval
+    from fathom.entrypoints.eval_cmd import _task_ids, resolve_adapter, run_eval
     from fathom.entrypoints.launch_cmd import server_urls
     from fathom.eval.metrics import CHARS_PER_TOKEN
     from fathom.eval.runner import EvalError
     from fathom.policy_server.client import PolicyClientError
     from fathom.policy_server.launch import dev_mode
     from fathom.policy_server.models import ModelError, resolve_model
-    from fathom.tasks import get_task
-    from fathom.trainer.adapters import AdapterError, adapter_dir, serve_merged
+    from fathom.tasks.record import parse_id
+    from fathom.trainer.adapters import AdapterError, serve_merged
     from fathom.trainer.weight_sync import WeightSyncError
 
     out = out or cfg.run_dir / "eval"
@@ -94,7 +94,7 @@ def stages(
                 results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]), model=name)
                 summary = results["models"][name]
             else:
-                adapters = [(label, adapter_dir(adapter))] if adapter else []
+                adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []
                 results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
                                       adapters=adapters, base=not adapter)
                 summary = results["models"]["base" if not adapter else label]
@@ -102,9 +102,8 @@ def stages(
             die(f"stage {label}: {e}", code=1)
         summaries[label] = summary["summary"]
         per_stage[label] = {r["task_id"]: bool(r["correct"]) for r in summary["rows"] if r["scorable"]}
-    if reload and plan[-1][1] is None and len(plan) > 1:
-        typer.echo("note: vLLM now serves the base weights")
-    beyond = sum(1 for t in ids if len(get_task(t).context) / CHARS_PER_TOKEN > cfg.model.max_model_len) / len(ids)
+    # The length is in the task id: no need to regenerate (up to 10M-character) contexts to measure them.
+    beyond = sum(1 for t in ids if parse_id(t)[2] / CHARS_PER_TOKEN > cfg.model.max_model_len) / len(ids)
     boot = {"n": cfg.eval.bootstrap, "confidence": cfg.eval.confidence, "seed": cfg.eval.seed}
     summary = summarize_stages(per_stage, summaries, boot=boot, beyond_fraction=beyond, wall_s=time.monotonic() - t0)
     summary |= {"split": cfg.eval.split, "n_tasks": len(ids), "max_completion_tokens": cfg.trainer.max_completion_tokens,
