@@ -74,6 +74,10 @@ class TrainerConfig(FathomModel):
     train_max_length: int = Field(2**17, gt=0)
     """Longest context (characters) of a training task; shorter lengths of the train plan are kept."""
 
+    train_families: list[str] = []
+    """Task families GRPO trains on (empty: all). A family the policy never solves gives groups whose rewards
+    barely differ, so a short run spends its few steps where the warm start is right some of the time."""
+
     save_steps: int = Field(5, gt=0)
     """Write a checkpoint (adapter + optimizer + step) every this many optimizer steps; a crash loses at most this."""
 

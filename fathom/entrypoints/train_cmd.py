@@ -51,7 +51,8 @@ def train(
     write_resolved(cfg)
     try:
         run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
-                            task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length))
+                            task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
+                                                       cfg.trainer.train_families))
     except TrlVersionError as e:
         die(str(e))
     try:

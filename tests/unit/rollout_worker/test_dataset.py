@@ -1,0 +1,18 @@
+import pytest
+
+from fathom.rollout_worker.dataset import training_task_ids
+from fathom.tasks.record import parse_id
+
+
+def test_train_families_keeps_only_those_families():
+    ids = training_task_ids(60, 2**14, ["needle", "kv_chain"])
+    families = {parse_id(t)[0] for t in ids}
+    assert families == {"needle", "kv_chain"}
+    every = training_task_ids(60, 2**14)
+    assert {parse_id(t)[0] for t in every} > families
+    assert set(ids) < set(every)
+
+
+def test_unknown_family_is_named():
+    with pytest.raises(ValueError, match="needel"):
+        training_task_ids(10, None, ["needel"])
