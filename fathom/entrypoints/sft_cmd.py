@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, serve_in_thread
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, serve_in_thread
 
 
 def sft_task_ids(sft: Any) -> list[str]:
@@ -54,6 +54,7 @@ def sft(
     workers: int = typer.Option(8, help="Episodes recorded at once."),
 ) -> None:
     """Record teacher episodes on the running env server, then train the LoRA warm start (`<out>/adapter`)."""
+    passive_omp()
     cfg = config_from(ctx, config)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn

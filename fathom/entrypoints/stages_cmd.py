@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp
 
 
 def parse_stages(specs: list[str]) -> list[tuple[str, str | None]]:
@@ -56,6 +56,7 @@ def stages(
     out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval)."),
 ) -> None:
     """Score each stage's weights on the same held-out tasks; pass@1 with intervals and paired stage-to-stage deltas."""
+    passive_omp()
     cfg = config_from(ctx, config)
     plan = parse_stages(stage)
     from fathom.entrypoints.eval_cmd import _task_ids, resolve_adapter, run_eval

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp
 
 EXIT_WATCHDOG = 3
 
@@ -23,6 +23,7 @@ def train(
     progress: bool = typer.Option(True, help="Show a rich progress bar."),
 ) -> None:
     """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
+    passive_omp()
     cfg = config_from(ctx, config)
     import logging
 
