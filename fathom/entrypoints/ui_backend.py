@@ -42,6 +42,10 @@ class Backend:
             out.append((f"{c['id']} (adapter on {parent})" if parent else c["id"], c["id"]))
         return out
 
+    def warm(self, model: str) -> None:
+        """Start `model`'s base now (sandbox zygote, tokenizer, proxy), so the first episode does not wait on it."""
+        self._base(served(self.base_url, model)[1])
+
     def _base(self, base: str) -> tuple[Any, str, str]:
         """The Runtime and proxy for `base`, started on first use (blocking; call outside the loop)."""
         with self._start_lock:

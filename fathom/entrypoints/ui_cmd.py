@@ -30,10 +30,22 @@ def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_t
             names = []
         if model is not None and names and model not in names:
             die(f"--model {model!r} is not served at {base_url}; it serves: {', '.join(names)}")
+        if names:
+            import threading
+
+            # The sandbox and the token path start while the page loads; a failure shows on the first run instead.
+            threading.Thread(target=lambda: _warm(backend, model or names[-1]), daemon=True).start()
         eprint(f"fathom ui on http://{host}:{port} against {base_url} ({', '.join(names) or 'no models yet'})")
         launch(build_app(backend, default_model=model, endpoint=base_url), host=host, port=port)
     finally:
         backend.close()
+
+
+def _warm(backend, model: str) -> None:
+    try:
+        backend.warm(model)
+    except Exception as e:  # noqa: BLE001 - reported here and again, with the page, on the first episode
+        eprint(f"warning: could not start the episode runtime for {model}: {e}")
 
 
 def ui(

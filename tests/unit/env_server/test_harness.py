@@ -23,7 +23,7 @@ def repl(code: str) -> str:
 
 
 def run(model, *, limits: dict | None = None, cfg: dict | None = None, proxy: FakeProxy | None = None,
-        context: str = CONTEXT, on_event=None):
+        context: str = CONTEXT, on_event=None, turns: list | None = None):
     fp = proxy or FakeProxy(model)
     lim = Limits(**({"max_turns": 4, "max_depth": 2, "max_subcalls": 16, "max_tokens": 10_000, "wall_clock_s": 30}
                     | (limits or {})))
@@ -35,10 +35,10 @@ def run(model, *, limits: dict | None = None, cfg: dict | None = None, proxy: Fa
             tally = Tally(limits=lim, deadline=time.monotonic() + lim.wall_clock_s)
             h = Harness(cfg=EnvServerConfig(**(cfg or {})), pool=pool, executor=ex, output_cap=2000,
                         proxy=ProxyClient(http, "http://proxy", "sess-1", 30), tally=tally, on_event=on_event)
-            turns = []
+            root = [] if turns is None else turns
             out = await h.run_loop("What is the secret code?", context, depth=0, parent=None,
-                                   max_turns=lim.max_turns, turns=turns)
-            return out, turns, tally
+                                   max_turns=lim.max_turns, turns=root)
+            return out, root, tally
 
     try:
         out, turns, tally = asyncio.run(go())
