@@ -75,10 +75,15 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
         except Exception as e:  # noqa: BLE001 - unreachable endpoint, unknown model, sandbox that cannot start
             raise gr.Error(str(e)) from None
         status = f"Running on **{model}** ({note}); {len(document):,} characters of context."
-        yield status, render_tree(live.turns, running=True), ""
-        for html in live.updates(fut.done):
-            yield status, html, ""
-        out = fut.result()
+        try:
+            yield status, render_tree(live.turns, running=True), ""
+            for html in live.updates(fut.done):
+                yield status, html, ""
+            out = fut.result()
+        except Exception as e:  # noqa: BLE001 - a bug past the episode's own error handling: show it, keep the page
+            raise gr.Error(f"the episode failed: {e!r}") from None
+        finally:
+            fut.cancel()  # the visitor left mid-episode (Gradio closed this generator): stop the episode too
         done = f"Done on **{model}** ({note}): {out.stop_reason}."
         yield done, render_tree(live.turns), render_result(out, live.turns)
 
