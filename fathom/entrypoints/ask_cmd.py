@@ -19,44 +19,12 @@ from fathom.entrypoints.common import CONFIG_OPTION, config_from, die, eprint
 
 
 def _served(base_url: str, model: str | None) -> tuple[str, str]:
-    """(model to pin, the base it is served on): an adapter's `parent` is its base."""
-    import httpx
+    from fathom.entrypoints.served import ServedError, served
 
     try:
-        cards = httpx.get(f"{base_url.rstrip('/')}/v1/models", timeout=10).raise_for_status().json()["data"]
-    except (httpx.HTTPError, ValueError, KeyError) as e:
-        die(f"no OpenAI-compatible model server at {base_url} ({e}); start one (`vllm serve ...`) or fix --base-url")
-    names = {c["id"]: c for c in cards}
-    if model is None:
-        if not cards:
-            die(f"{base_url} serves no model")
-        model = cards[-1]["id"]  # vLLM lists the base first and adapters after it
-    if model not in names:
-        die(f"--model {model!r} is not served at {base_url}; it serves: {', '.join(names)}")
-    return model, names[model].get("parent") or model
-
-
-def _token_path(base_url: str, base: str, tokenizer: str | None) -> tuple[str | None, str]:
-    """(tokenizer directory or None for the chat path, why). The token path needs the server's `/tokenize`
-    and the served model's own tokenizer: `--tokenizer`, or the base model's name resolved on this machine."""
-    import httpx
-
-    from fathom.config.model import ModelConfig
-    from fathom.policy_server.models import ModelError, resolve_model
-
-    probe = {"model": base, "messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True}
-    try:
-        takes_tokens = httpx.post(f"{base_url.rstrip('/')}/tokenize", json=probe, timeout=10).status_code == 200
-    except httpx.HTTPError:
-        takes_tokens = False
-    if not takes_tokens:
-        return None, "chat path: the server has no /tokenize"
-    if tokenizer:
-        return tokenizer, f"token path, tokenizer {tokenizer}"
-    try:
-        return str(resolve_model(ModelConfig(name=base), local_only=True)), f"token path, tokenizer of {base}"
-    except ModelError:
-        return None, f"chat path: no local tokenizer for {base!r} (pass --tokenizer DIR for the token path)"
+        return served(base_url, model)
+    except ServedError as e:
+        die(str(e))
 
 
 def _tree(turns, node) -> None:
@@ -114,7 +82,9 @@ def ask(
         die(f"--document {str(document)!r} is not a file; pass a plain-text file")
     text = document.read_bytes().decode("utf-8", errors="replace")
     name, base = _served(base_url, model)
-    tokenizer_dir, path_note = _token_path(base_url, base, tokenizer)
+    from fathom.entrypoints.served import token_path
+
+    tokenizer_dir, path_note = token_path(base_url, base, tokenizer)
     cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
     cfg.env_server.tokenizer = tokenizer_dir or ""
     from rich.console import Console

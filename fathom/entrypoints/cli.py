@@ -25,6 +25,7 @@ from fathom.entrypoints import (
     stages_cmd,
     tasks_cmd,
     train_cmd,
+    ui_cmd,
 )
 
 app = typer.Typer(
@@ -48,6 +49,7 @@ app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
 app.command("export")(export_cmd.export)
 app.command("ask", context_settings=eval_cmd.OVERRIDE_SETTINGS)(ask_cmd.ask)
 train_cmd.register(app)
+ui_cmd.register(app)
 app.command("launch", context_settings=launch_cmd.OVERRIDE_SETTINGS)(launch_cmd.launch)
 app.command("sft", context_settings=sft_cmd.OVERRIDE_SETTINGS)(sft_cmd.sft)
 

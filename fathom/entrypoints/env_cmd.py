@@ -56,6 +56,7 @@ def scripted(
     model: str = typer.Option("fathom-base", help="Model name served at /v1/models."),
     tokenizer: str = typer.Option(None, help="A model directory: also serve /tokenize and token-id prompts with its "
                                              "tokenizer and chat template (the env server's token path)."),
+    delay: float = typer.Option(0.0, help="Seconds each completion waits before it is returned (a slow model)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
     """Serve a scripted policy as an OpenAI-compatible upstream (no model; for tests, benchmarks and demos)."""
@@ -64,7 +65,7 @@ def scripted(
     from fathom.env_server.scripted import create_scripted_app
 
     try:
-        application = create_scripted_app(policy, model, tokenizer_dir=tokenizer)
+        application = create_scripted_app(policy, model, tokenizer_dir=tokenizer, delay_s=delay)
     except ValueError as e:
         die(str(e))
     uvicorn.run(application, host=host, port=port, log_level=log_level)

@@ -20,6 +20,7 @@ the conversation back out of it and samples the reply's ids plus the end-of-turn
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -192,8 +193,11 @@ class TokenSide:
 
 
 def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768,
-                        tokenizer_dir: str | None = None, fix_fraction: float = 0.25) -> FastAPI:
+                        tokenizer_dir: str | None = None, fix_fraction: float = 0.25, delay_s: float = 0.0) -> FastAPI:
     """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time.
+
+    `delay_s` holds each completion that long, like a model that takes its time (a live view then has states
+    to show between turns). `app.state.replied_at` holds the time.time() each completion was returned.
 
     With `tokenizer_dir` it also serves `/tokenize` and token-id prompts on `/v1/completions` (the token path)."""
     if policy not in POLICIES:
@@ -201,6 +205,14 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
     app = FastAPI(title="FATHOM scripted policy upstream")
     app.state.policy = policy
     app.state.calls = 0
+    app.state.replied_at = []
+
+    async def reply(make: Any) -> dict[str, Any]:
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        out = make()
+        app.state.replied_at.append(time.time())
+        return out
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -218,7 +230,7 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             raise HTTPException(400, "messages: a non-empty list is required")
         app.state.calls += 1
-        return _chat_response(body, app.state.policy, model, fix_fraction)
+        return await reply(lambda: _chat_response(body, app.state.policy, model, fix_fraction))
 
     if tokenizer_dir:
         side = TokenSide(tokenizer_dir)
@@ -235,7 +247,7 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
             if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
                 raise HTTPException(400, "prompt: a non-empty list of token ids is required")
             app.state.calls += 1
-            return side.complete(body, app.state.policy, model, fix_fraction)
+            return await reply(lambda: side.complete(body, app.state.policy, model, fix_fraction))
 
     @app.post("/scripted/policy")
     async def set_policy(request: Request) -> dict[str, str]:

@@ -20,6 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "rollout_worker": {"env_server.client", "env_server.models", "tasks", "protocol", "config"},
     "trainer": {"rollout_worker", "protocol", "config"},
     "eval": {"rollout_worker", "env_server.client", "env_server.models", "tasks", "protocol", "config"},
+    "ui": {"tasks", "protocol", "config"},
 }
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fathom.env_server.server.harness import Harness, Limits, Tally
+from fathom.env_server.server.harness import EventHook, Harness, Limits, Tally
 from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
 from fathom.protocol import EpisodeLimits, RewardComponents, Sampling
 
@@ -31,12 +31,14 @@ def resolve_limits(cfg: Any, req: EpisodeLimits, max_turns_default: int | None =
     )
 
 
-def build_harness(rt: "Runtime", limits: Limits, proxy: ProxyClient | None, sampling: Sampling | None = None) -> Harness:
-    """The episode's harness, its tally's wall clock started now (both modes get the same limit)."""
+def build_harness(rt: "Runtime", limits: Limits, proxy: ProxyClient | None, sampling: Sampling | None = None,
+                  on_event: EventHook | None = None) -> Harness:
+    """The episode's harness, its tally's wall clock started now (both modes get the same limit).
+    `on_event` sees the tree grow (a live view); see `harness.EventHook`."""
     tally = Tally(limits=limits, deadline=time.monotonic() + limits.wall_clock_s)
     return Harness(cfg=rt.cfg.env_server, pool=rt.pool, executor=rt.executor_for,
                    output_cap=rt.cfg.sandbox.output_cap_chars, proxy=proxy, tally=tally, sampling=sampling,
-                   tokens=rt.tokens)
+                   tokens=rt.tokens, on_event=on_event)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
@@ -25,6 +25,15 @@ from fathom.protocol import Sampling, StopReason, SubCall, TurnStat
 
 class Unscorable(Exception):
     """Infrastructure failed (proxy unreachable, engine or sandbox failure): the episode gets no reward."""
+
+
+EventKind = Literal["turn", "output", "final", "subcall", "subcall_done"]
+EventHook = Callable[[EventKind, Any], None]
+"""Called on the event loop as the episode tree grows, with the node that changed (already updated):
+`turn` (TurnStat: a reply arrived, its code blocks parsed, nothing run yet), `output` (TurnStat: one
+more code block ran), `final` (TurnStat: its `final_answer` ends this loop), `subcall` (SubCall: llm()
+sent a prompt) and `subcall_done` (SubCall: answered, or failed with `error`). A live view (`fathom ui`)
+renders from these; it must not block, because the episode waits on it."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class Harness:
         tally: Tally,
         sampling: Sampling | None = None,
         tokens: TokenPath | None = None,
+        on_event: EventHook | None = None,
     ):
         self.cfg = cfg
         self.pool = pool
@@ -110,6 +120,11 @@ class Harness:
         self.sampling = sampling
         self.tokens = tokens
         """The token path (prompts built in token space); None sends chat text (`prompt_format = chat`)."""
+        self.on_event = on_event
+
+    def emit(self, kind: EventKind, node: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, node)
 
     # --- llm() bridge ------------------------------------------------------------------
 
@@ -154,10 +169,15 @@ class Harness:
             for p in prompts_
         ]
         cur.turn.subcalls.extend(nodes)
+        for n in nodes:
+            self.emit("subcall", n)
 
         async def one(p: str, node: SubCall) -> str:
             async with sem:
-                return await self._subcall(p, node, cur)
+                try:
+                    return await self._subcall(p, node, cur)
+                finally:
+                    self.emit("subcall_done", node)
 
         results = await asyncio.gather(*(one(p, n) for p, n in zip(prompts_, nodes)), return_exceptions=True)
         for r in results:
@@ -257,6 +277,7 @@ class Harness:
             raise Unscorable(f"the sandbox failed to run code: {e!r}") from e
         turn.sandbox_ms += ms
         turn.outputs.append(res.output(self.output_cap))
+        self.emit("output", turn)
         if self.tally.infra_error:
             raise Unscorable(self.tally.infra_error)
         return res
@@ -299,12 +320,15 @@ class Harness:
                     finish_reason=reply.finish_reason, prompt_tokens=reply.prompt_tokens,
                     completion_tokens=reply.completion_tokens, model_ms=reply.latency_ms,
                 )
+                turn.code_blocks = prompts.code_blocks(turn.completion)
                 turns.append(turn)
                 cur.turn = turn
+                self.emit("turn", turn)
                 answer, feedback = await self._run_reply(ep, turn, max_turns - i - 1)
                 turn.server_ms = max((time.perf_counter() - t0) * 1000 - turn.model_ms - turn.sandbox_ms, 0.0)
                 if answer is not None:
                     turn.final_answer = answer
+                    self.emit("final", turn)
                     if depth == 0:  # a nested episode's FINAL answers its llm(), not the task
                         self.tally.final_calls += 1
                     return LoopOutcome(answer, True, "final")
@@ -324,8 +348,8 @@ class Harness:
             asyncio.get_running_loop().run_in_executor(self.executor_for(depth), ep.close)
 
     async def _run_reply(self, ep: Any, turn: TurnStat, turns_left: int) -> tuple[str | None, str]:
-        """Run one reply's code blocks in order; returns (final answer or None, the next user message)."""
-        turn.code_blocks = prompts.code_blocks(turn.completion)
+        """Run one reply's code blocks in order (parsed into `turn.code_blocks`); returns (final answer or None,
+        the next user message)."""
         if not turn.code_blocks:
             tf = prompts.text_final(turn.completion)
             if tf is None:

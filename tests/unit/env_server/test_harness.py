@@ -23,7 +23,7 @@ def repl(code: str) -> str:
 
 
 def run(model, *, limits: dict | None = None, cfg: dict | None = None, proxy: FakeProxy | None = None,
-        context: str = CONTEXT):
+        context: str = CONTEXT, on_event=None, turns: list | None = None):
     fp = proxy or FakeProxy(model)
     lim = Limits(**({"max_turns": 4, "max_depth": 2, "max_subcalls": 16, "max_tokens": 10_000, "wall_clock_s": 30}
                     | (limits or {})))
@@ -34,11 +34,11 @@ def run(model, *, limits: dict | None = None, cfg: dict | None = None, proxy: Fa
         async with fp.client() as http:
             tally = Tally(limits=lim, deadline=time.monotonic() + lim.wall_clock_s)
             h = Harness(cfg=EnvServerConfig(**(cfg or {})), pool=pool, executor=ex, output_cap=2000,
-                        proxy=ProxyClient(http, "http://proxy", "sess-1", 30), tally=tally)
-            turns = []
+                        proxy=ProxyClient(http, "http://proxy", "sess-1", 30), tally=tally, on_event=on_event)
+            root = [] if turns is None else turns
             out = await h.run_loop("What is the secret code?", context, depth=0, parent=None,
-                                   max_turns=lim.max_turns, turns=turns)
-            return out, turns, tally
+                                   max_turns=lim.max_turns, turns=root)
+            return out, root, tally
 
     try:
         out, turns, tally = asyncio.run(go())
@@ -161,6 +161,40 @@ def test_long_subcall_prompt_runs_as_a_nested_rlm_episode():
     assert hdr[node.turns[0].call_id]["x-fathom-depth"] == "1"
     assert hdr[leaf.call_id]["x-fathom-depth"] == "2"
     assert len(pool.episodes) == 2 and all(ep.closed for ep in pool.episodes)
+
+
+def test_events_report_the_tree_as_it_grows():
+    """The live view's hook: each event arrives with its node already updated, in the order things happen."""
+    long_text = "x" * 150
+
+    def model(messages):
+        if messages[0]["role"] != "system":
+            return "plain"
+        if messages[1]["content"].startswith(f"Question: {prompts.NESTED_QUESTION}"):
+            return repl("FINAL(context[:3])")
+        if len(messages) == 2:
+            return repl(f"print(llm('tiny'), llm({long_text!r}))")
+        return repl("FINAL('done')")
+
+    seen = []
+
+    def hook(kind, node):
+        if kind in ("turn", "output", "final"):
+            seen.append((kind, node.depth, node.index, len(node.code_blocks), len(node.outputs), node.final_answer))
+        else:
+            seen.append((kind, node.depth, node.response))
+
+    out, turns, *_ = run(model, cfg={"sub_rlm_min_chars": 100}, on_event=hook)
+    assert out.answer == "done"
+    assert seen == [
+        ("turn", 0, 0, 1, 0, None),           # the reply arrived; its code has not run yet
+        ("subcall", 1, None), ("subcall_done", 1, "plain"),
+        ("subcall", 1, None),                 # the long prompt: a nested episode
+        ("turn", 1, 0, 1, 0, None), ("output", 1, 0, 1, 1, None), ("final", 1, 0, 1, 1, "xxx"),
+        ("subcall_done", 1, "xxx"),
+        ("output", 0, 0, 1, 1, None),
+        ("turn", 0, 1, 1, 0, None), ("output", 0, 1, 1, 1, None), ("final", 0, 1, 1, 1, "done"),
+    ]
 
 
 def test_depth_and_subcall_budgets_refuse_inside_the_repl():
