@@ -16,10 +16,16 @@ ids start with the previous turn's prompt + completion ids, as with a real chat 
 Given a real tokenizer (`tokenizer_dir`), it also plays the token path like vLLM: `/tokenize`
 renders with that tokenizer's chat template, and `/v1/completions` takes a token-id prompt, reads
 the conversation back out of it and samples the reply's ids plus the end-of-turn token.
+
+For fault injection (`bench/faults.py`) it takes faults at run time (`POST /scripted/fault`: a delay per
+call, dropped logprobs) and answers vLLM's weight-sync dev routes (`/pause`, `/resume`,
+`/reset_prefix_cache`, `/collective_rpc` reload_weights), remembering the last weights path it was given
+(`GET /scripted/weights`), so a supervisor's re-applied weights can be checked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -201,6 +207,16 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
     app = FastAPI(title="FATHOM scripted policy upstream")
     app.state.policy = policy
     app.state.calls = 0
+    app.state.fault = {"delay_s": 0.0, "drop_logprobs": False}
+    app.state.weights = {"weights_path": None, "reloads": 0}
+
+    async def faulty(resp: dict[str, Any]) -> dict[str, Any]:
+        if app.state.fault["delay_s"]:
+            await asyncio.sleep(app.state.fault["delay_s"])
+        if app.state.fault["drop_logprobs"]:
+            for choice in resp["choices"]:
+                choice["logprobs"] = None
+        return resp
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -218,7 +234,7 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
             raise HTTPException(400, "messages: a non-empty list is required")
         app.state.calls += 1
-        return _chat_response(body, app.state.policy, model, fix_fraction)
+        return await faulty(_chat_response(body, app.state.policy, model, fix_fraction))
 
     if tokenizer_dir:
         side = TokenSide(tokenizer_dir)
@@ -235,7 +251,7 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
             if not isinstance(prompt, list) or not prompt or not all(type(t) is int for t in prompt):
                 raise HTTPException(400, "prompt: a non-empty list of token ids is required")
             app.state.calls += 1
-            return side.complete(body, app.state.policy, model, fix_fraction)
+            return await faulty(side.complete(body, app.state.policy, model, fix_fraction))
 
     @app.post("/scripted/policy")
     async def set_policy(request: Request) -> dict[str, str]:
@@ -244,5 +260,36 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
             raise HTTPException(422, f"policy: unknown {name!r}; choose one of {', '.join(POLICIES)}")
         app.state.policy = name
         return {"policy": name}
+
+    @app.post("/scripted/fault")
+    async def set_fault(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        unknown = set(body) - set(app.state.fault) if isinstance(body, dict) else {"(not an object)"}
+        if unknown:
+            raise HTTPException(422, f"unknown faults {sorted(unknown)}; known: {sorted(app.state.fault)}")
+        app.state.fault.update(body)
+        return app.state.fault
+
+    # vLLM's dev-mode weight-sync routes, enough for DiskMergedSync and the supervisor's restart hook
+    @app.post("/pause")
+    @app.post("/resume")
+    async def pause_resume() -> dict[str, Any]:
+        return {}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> dict[str, bool]:
+        return {"success": True}
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        if body.get("method") != "reload_weights":
+            raise HTTPException(400, f"method {body.get('method')!r}: only reload_weights is scripted")
+        app.state.weights = {"weights_path": body["kwargs"]["weights_path"], "reloads": app.state.weights["reloads"] + 1}
+        return {"results": [None]}
+
+    @app.get("/scripted/weights")
+    async def weights() -> dict[str, Any]:
+        return app.state.weights
 
     return app
