@@ -122,7 +122,14 @@ class ScriptedStack:
 
 
 @contextmanager
-def scripted_stack(tmp: Path) -> Iterator[ScriptedStack]:
+def scripted_stack(tmp: Path, shared: ScriptedStack | None = None) -> Iterator[ScriptedStack]:
+    """A new stack in `tmp`, or `shared` (left healthy by every scenario, so scenarios can run in a row on one:
+    starting one costs about 40 s on 2 cores, mostly the env server's imports and sandbox zygote)."""
+    if shared is not None:
+        shared.fault(delay_s=0.0, drop_logprobs=False)
+        yield shared
+        shared.fault(delay_s=0.0, drop_logprobs=False)
+        return
     tmp.mkdir(parents=True, exist_ok=True)
     with Supervisor(tmp / "logs", poll_s=0.1, restarts=Restarts(limit=3, backoff_s=0.2, start_timeout_s=120)) as sup:
         yield ScriptedStack(tmp, sup)
@@ -146,10 +153,10 @@ def _run(factory, n: int) -> list[dict[str, Any]]:
     return [_outcome(s) for s in sessions]
 
 
-def vllm_restart(tmp: Path) -> dict[str, Any]:
+def vllm_restart(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, Any]:
     """Policy server killed mid-rollout, restarted: affected rollouts unscorable (never 0); the restarted server
     got the newest merged weights back; new sessions pin the trainer's version; the next sync works."""
-    with scripted_stack(tmp) as st:
+    with scripted_stack(tmp, stack) as st:
         v1 = st.sync_weights()
         factory = st.factory()
         st.fault(delay_s=0.5)
@@ -174,9 +181,9 @@ def vllm_restart(tmp: Path) -> dict[str, Any]:
             "pinned_after_next_sync": pinned_after_sync}
 
 
-def env_restart(tmp: Path) -> dict[str, Any]:
+def env_restart(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, Any]:
     """Env server killed mid-episode, restarted: those episodes unscorable (never 0); new episodes work."""
-    with scripted_stack(tmp) as st:
+    with scripted_stack(tmp, stack) as st:
         factory = st.factory(timeout_s=60)
         st.fault(delay_s=0.5)
         sessions = [factory.create(TASK, seed=i) for i in range(4)]
@@ -192,10 +199,10 @@ def env_restart(tmp: Path) -> dict[str, Any]:
             "errors": sorted({(a["error"] or "")[:80] for a in affected}), "after_restart_rewards": [a["reward"] for a in after]}
 
 
-def proxy_restart(tmp: Path) -> dict[str, Any]:
+def proxy_restart(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, Any]:
     """Capture proxy restarted: sessions opened before it are refused cleanly (404), no trace of them can be
     fetched (so none is trained on), the restored version is pinned, new episodes work."""
-    with scripted_stack(tmp) as st:
+    with scripted_stack(tmp, stack) as st:
         v = st.sync_weights()
         factory = st.factory(timeout_s=60)
         st.fault(delay_s=0.5)
@@ -220,12 +227,12 @@ def proxy_restart(tmp: Path) -> dict[str, Any]:
             "version": v, "after_restart_rewards": [a["reward"] for a in after]}
 
 
-def corrupt_trace(tmp: Path) -> dict[str, Any]:
+def corrupt_trace(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, Any]:
     """The engine drops logprobs on a turn: the proxy flags it, and fetching the trace stops training with a
     message that names the session and the turn (call id)."""
     from fathom.rollout_worker.session import InvalidCaptureError
 
-    with scripted_stack(tmp) as st:
+    with scripted_stack(tmp, stack) as st:
         factory = st.factory()
         st.fault(drop_logprobs=True)
         s = factory.create(TASK, seed=0)
@@ -363,7 +370,10 @@ def trainer_kill_resume(tmp: Path) -> dict[str, Any]:
     return {"passed": out.returncode == 0, "tail": out.stdout.strip().splitlines()[-1:] if out.stdout else []}
 
 
-SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
+STACK_SCENARIOS = {vllm_restart, env_restart, proxy_restart, corrupt_trace}
+"""Scenarios that take a shared `ScriptedStack` as their second argument."""
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "vllm_killed_mid_rollout_then_restarted": vllm_restart,
     "env_server_killed_mid_episode": env_restart,
     "proxy_restarted": proxy_restart,
