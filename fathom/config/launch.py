@@ -20,3 +20,20 @@ class LaunchConfig(FathomModel):
 
     server_start_timeout_s: float = Field(600.0, gt=0)
     """How long each server (vLLM, proxy, env server) may take to become healthy."""
+
+    max_restarts: int = Field(3, ge=0)
+    """How often one server (vLLM, proxy, env server, eval watcher) may be restarted within `restart_window_s`;
+    one more death ends the run with its log's last lines. 0: the first death ends the run."""
+
+    restart_window_s: float = Field(3600.0, gt=0)
+    """The window `max_restarts` counts in, so rare deaths over a multi-day run do not add up to a stop."""
+
+    restart_backoff_s: float = Field(2.0, ge=0)
+    """Delay before a dead server's first restart; it doubles with each restart in the window."""
+
+    restart_backoff_max_s: float = Field(60.0, ge=0)
+    """Upper bound of the restart delay."""
+
+    stall_grace_s: float = Field(300.0, gt=0)
+    """The supervisor stops GRPO when its metrics.jsonl is older than `trainer.watchdog_s` plus this: the
+    trainer's own watchdog should have ended it by then, so the trainer is too stuck to notice."""

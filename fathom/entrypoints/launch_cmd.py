@@ -2,7 +2,8 @@
 
 The plan is a list of steps computed from the config alone (`--dry-run` prints it), so what runs
 is what the plan says. Servers and stages are `fathom` subcommands run as supervised children
-(`supervisor.py`); the stages reach the servers at the URLs the config gives them.
+(`supervisor.py`); the stages reach the servers at the URLs the config gives them. A server that dies is
+restarted with backoff and gets back what it forgot (`recovery.py`); see docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def launch(
 
     from fathom.config import write_resolved
     from fathom.config.model import EMBEDDED
-    from fathom.entrypoints.supervisor import LaunchError, Supervisor
+    from fathom.entrypoints.recovery import hooks_for
+    from fathom.entrypoints.supervisor import LaunchError, Restarts, Supervisor
     from fathom.policy_server.models import ModelError, prepare_embedded
 
     console = Console(stderr=True)
@@ -114,17 +116,24 @@ def launch(
     write_resolved(cfg)
     t0 = time.monotonic()
     log_dir = cfg.run_dir / "logs"
+    lc = cfg.launch
+    restarts = Restarts(limit=lc.max_restarts, window_s=lc.restart_window_s, backoff_s=lc.restart_backoff_s,
+                        backoff_max_s=lc.restart_backoff_max_s, start_timeout_s=lc.server_start_timeout_s)
+    hooks = hooks_for(cfg, server_urls(cfg))
     try:
-        with Supervisor(log_dir) as sup:
+        with Supervisor(log_dir, restarts=restarts, on_event=lambda line: console.print(f"[yellow]{line}[/]")) as sup:
             for s in steps:
                 if s.kind == "server":
                     with console.status(f"starting {s.name} (log: {log_dir / (s.name + '.log')})") as status:
-                        sup.serve(s.name, s.argv, s.health_url or "", cfg.launch.server_start_timeout_s,
-                                  on_tick=status.update)
-                    console.print(f"[green]{s.name} healthy[/] ({s.health_url})")
+                        sup.serve(s.name, s.argv, s.health_url, lc.server_start_timeout_s,
+                                  on_tick=status.update, on_restart=hooks.get(s.name))
+                    console.print(f"[green]{s.name} {'healthy' if s.health_url else 'started'}[/] "
+                                  f"({s.health_url or 'no health URL'})")
                 else:
                     console.rule(f"stage {s.name}")
-                    sup.run_stage(s.name, s.argv)
+                    stall = {"heartbeat": cfg.run_dir / "metrics.jsonl",
+                             "stall_s": cfg.trainer.watchdog_s + lc.stall_grace_s} if s.name == "grpo" else {}
+                    sup.run_stage(s.name, s.argv, **stall)
     except LaunchError as e:
         die(f"the main job stopped: {e}", code=1)
     except KeyboardInterrupt:

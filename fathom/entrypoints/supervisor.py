@@ -2,7 +2,12 @@
 
 Each child runs in its own process group with its output in `logs/<name>.log`, so stopping a
 child stops everything it started (vLLM's engine core, the sandbox zygote and its workers).
-A server that dies while a stage runs ends the run loudly, with the last lines of its log.
+
+A server that dies while a stage runs is restarted with backoff (its whole process group is killed
+first, so nothing it started lingers), and a hook re-applies what the restarted server forgot (the
+merged weights, the policy version). A server that dies more than `Restarts.limit` times within
+`Restarts.window_s`, a stage that fails, and a stage whose heartbeat file goes stale end the run
+loudly: the message names the child and ends with the last lines of its log.
 """
 
 from __future__ import annotations
@@ -24,6 +29,19 @@ class LaunchError(Exception):
     """A child failed: it names the child, what happened, and ends with its log's last lines."""
 
 
+@dataclass(frozen=True)
+class Restarts:
+    """How dead servers come back: the delay doubles from `backoff_s` up to `backoff_max_s`; more than `limit`
+    restarts of one server within `window_s` ends the run. `limit` 0 never restarts."""
+
+    limit: int = 3
+    window_s: float = 3600.0
+    backoff_s: float = 2.0
+    backoff_max_s: float = 60.0
+    start_timeout_s: float = 600.0
+    """A restarted server not healthy within this long is killed, which counts as another death."""
+
+
 def tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -39,6 +57,16 @@ class Child:
     log_path: Path
     proc: subprocess.Popen
     health_url: str | None = None
+    server: bool = False
+    """Kept up and restarted when it dies (stages run once)."""
+    on_restart: Callable[["Child"], None] | None = None
+    """Called once a restarted server is healthy again, to re-apply state it lost (weights, versions)."""
+    restarts: list[float] = field(default_factory=list)
+    """When it was restarted (monotonic seconds)."""
+    restart_at: float | None = None
+    """Dead, and due to restart at this time."""
+    starting_since: float | None = None
+    """Restarted and not yet healthy since this time."""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -55,7 +83,11 @@ class Supervisor:
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     stop_timeout_s: float = 20.0
     poll_s: float = 0.5
+    restarts: Restarts = field(default_factory=Restarts)
+    on_event: Callable[[str], None] | None = None
+    """Told of each restart, as one line (the launch command prints it)."""
     children: list[Child] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
 
     def __enter__(self) -> "Supervisor":
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -69,22 +101,28 @@ class Supervisor:
         finally:
             signal.signal(signal.SIGTERM, self._old_term)
 
-    def spawn(self, name: str, argv: list[str], health_url: str | None = None) -> Child:
-        log_path = self.log_dir / f"{name}.log"
+    def _popen(self, argv: list[str], log_path: Path) -> subprocess.Popen:
         log = open(log_path, "ab", buffering=0)
         try:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=self.env, start_new_session=True)
         finally:
             log.close()
-        child = Child(name, argv, log_path, proc, health_url)
+
+    def spawn(self, name: str, argv: list[str], health_url: str | None = None, *, server: bool = False,
+              on_restart: Callable[[Child], None] | None = None) -> Child:
+        log_path = self.log_dir / f"{name}.log"
+        child = Child(name, argv, log_path, self._popen(argv, log_path), health_url, server, on_restart)
         self.children.append(child)
         return child
 
-    def serve(self, name: str, argv: list[str], health_url: str, timeout_s: float,
-              on_tick: Callable[[str], None] | None = None) -> Child:
-        """Start a server and wait until `health_url` answers 200."""
-        child = self.spawn(name, argv, health_url)
+    def serve(self, name: str, argv: list[str], health_url: str | None, timeout_s: float,
+              on_tick: Callable[[str], None] | None = None,
+              on_restart: Callable[[Child], None] | None = None) -> Child:
+        """Start a server and wait until `health_url` answers 200 (no URL: started is enough)."""
+        child = self.spawn(name, argv, health_url or None, server=True, on_restart=on_restart)
+        if not health_url:
+            return child
         t0 = time.monotonic()
         with httpx.Client(timeout=2.0) as http:
             while True:
@@ -103,13 +141,77 @@ class Supervisor:
                 time.sleep(self.poll_s)
 
     def check_servers(self) -> None:
-        """Raise if any server died (stages are checked by `run_stage`)."""
-        for c in self.children:
-            if c.health_url and not c.alive():
-                raise c.failure(f"died with code {c.proc.returncode}")
+        """Restart dead servers (with backoff), finish restarts whose server is healthy again, and raise
+        LaunchError when one died too often. Stages are checked by `run_stage`."""
+        now = time.monotonic()
+        for c in [c for c in self.children if c.server]:
+            if c.starting_since is not None and c.alive():
+                self._finish_restart(c, now)
+            elif c.restart_at is not None:
+                if now >= c.restart_at:
+                    self._restart(c, now)
+            elif not c.alive():
+                self._schedule_restart(c, now)
 
-    def run_stage(self, name: str, argv: list[str]) -> None:
-        """Run a stage to completion while the servers stay up; its output goes to the terminal and its log."""
+    def _note(self, c: Child, line: str) -> None:
+        self.events.append(line)
+        try:
+            with open(c.log_path, "a") as fh:
+                fh.write(f"--- fathom launch: {line}\n")
+        except OSError:
+            pass
+        if self.on_event:
+            self.on_event(line)
+
+    def _schedule_restart(self, c: Child, now: float) -> None:
+        code = c.proc.returncode
+        _signal_group(c.proc, signal.SIGKILL)  # what it started (vLLM's engine core, sandbox workers) goes too
+        r = self.restarts
+        recent = [t for t in c.restarts if now - t < r.window_s]
+        if len(recent) >= r.limit:
+            raise c.failure(f"died with code {code} after {len(recent)} restarts within {r.window_s:g} s "
+                            f"(launch.max_restarts = {r.limit}); the run cannot go on without it")
+        delay = min(r.backoff_s * 2 ** len(recent), r.backoff_max_s)
+        c.restart_at = now + delay
+        c.starting_since = None
+        self._note(c, f"{c.name} died with code {code}; restarting it in {delay:g} s "
+                      f"(restart {len(recent) + 1} of at most {r.limit} within {r.window_s:g} s)")
+
+    def _restart(self, c: Child, now: float) -> None:
+        c.proc = self._popen(c.argv, c.log_path)
+        c.restarts.append(now)
+        c.restart_at = None
+        c.starting_since = now
+        if not c.health_url:
+            self._finish_restart(c, now)
+
+    def _finish_restart(self, c: Child, now: float) -> None:
+        if c.health_url:
+            try:
+                healthy = httpx.get(c.health_url, timeout=2.0).status_code == 200
+            except httpx.HTTPError:
+                healthy = False
+            if not healthy:
+                if now - c.starting_since > self.restarts.start_timeout_s:  # type: ignore[operator]
+                    self._note(c, f"{c.name} was not healthy within {self.restarts.start_timeout_s:g} s of its restart")
+                    _signal_group(c.proc, signal.SIGKILL)  # counted as another death on the next check
+                    c.proc.wait()
+                return
+        c.starting_since = None
+        if c.on_restart is not None:
+            try:
+                c.on_restart(c)
+            except Exception as e:  # noqa: BLE001 - a server that lost state it cannot get back ends the run
+                raise c.failure(f"restarted, but its state could not be restored: {e}") from e
+        self._note(c, f"{c.name} is back (pid {c.proc.pid})")
+
+    def run_stage(self, name: str, argv: list[str], *, heartbeat: Path | None = None,
+                  stall_s: float | None = None) -> None:
+        """Run a stage to completion while the servers stay up; its output goes to the terminal and its log.
+
+        With `heartbeat` and `stall_s`: a stage whose heartbeat file (or, before it exists, the stage itself)
+        is older than `stall_s` is stopped and the run ends. This catches a trainer too stuck for its own
+        watchdog (stopped, or wedged in C with the watchdog thread starved)."""
         env = dict(self.env)
         if sys.stdout.isatty():
             env["TTY_COMPATIBLE"] = "1"  # rich keeps its live progress bar although the stage writes to a pipe
@@ -120,8 +222,22 @@ class Supervisor:
         self.children.append(child)
         copier = threading.Thread(target=_copy, args=(proc.stdout, log_path), daemon=True)
         copier.start()
+        t0 = time.time()
         while child.alive():
             self.check_servers()
+            if stall_s is not None and heartbeat is not None:
+                try:
+                    beat = max(t0, heartbeat.stat().st_mtime)
+                except OSError:
+                    beat = t0
+                if time.time() - beat > stall_s:
+                    _signal_group(proc, signal.SIGKILL)
+                    proc.wait()
+                    copier.join(timeout=5)
+                    self.children.remove(child)
+                    raise child.failure(f"stalled: {heartbeat} not updated for {time.time() - beat:.0f} s "
+                                        f"(limit {stall_s:g} s: trainer.watchdog_s + launch.stall_grace_s); "
+                                        "stopped it")
             time.sleep(self.poll_s)
         copier.join(timeout=5)
         self.children.remove(child)

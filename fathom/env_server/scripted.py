@@ -16,6 +16,11 @@ ids start with the previous turn's prompt + completion ids, as with a real chat 
 Given a real tokenizer (`tokenizer_dir`), it also plays the token path like vLLM: `/tokenize`
 renders with that tokenizer's chat template, and `/v1/completions` takes a token-id prompt, reads
 the conversation back out of it and samples the reply's ids plus the end-of-turn token.
+
+For fault injection (`bench/faults.py`) it takes faults at run time (`POST /scripted/fault`: a delay per
+call, dropped logprobs) and answers vLLM's weight-sync dev routes (`/pause`, `/resume`,
+`/reset_prefix_cache`, `/collective_rpc` reload_weights), remembering the last weights path it was given
+(`GET /scripted/weights`), so a supervisor's re-applied weights can be checked.
 """
 
 from __future__ import annotations
@@ -206,13 +211,19 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
     app.state.policy = policy
     app.state.calls = 0
     app.state.replied_at = []
+    app.state.fault = {"delay_s": 0.0, "drop_logprobs": False}
+    app.state.weights = {"weights_path": None, "reloads": 0}
 
     async def reply(make: Any) -> dict[str, Any]:
-        if delay_s > 0:
-            await asyncio.sleep(delay_s)
-        out = make()
+        # delay_s is the upstream's own pace (--delay); fault is what a test injects at run time.
+        if delay_s + app.state.fault["delay_s"] > 0:
+            await asyncio.sleep(delay_s + app.state.fault["delay_s"])
+        resp = make()
+        if app.state.fault["drop_logprobs"]:
+            for choice in resp["choices"]:
+                choice["logprobs"] = None
         app.state.replied_at.append(time.time())
-        return out
+        return resp
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -256,5 +267,36 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
             raise HTTPException(422, f"policy: unknown {name!r}; choose one of {', '.join(POLICIES)}")
         app.state.policy = name
         return {"policy": name}
+
+    @app.post("/scripted/fault")
+    async def set_fault(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        unknown = set(body) - set(app.state.fault) if isinstance(body, dict) else {"(not an object)"}
+        if unknown:
+            raise HTTPException(422, f"unknown faults {sorted(unknown)}; known: {sorted(app.state.fault)}")
+        app.state.fault.update(body)
+        return app.state.fault
+
+    # vLLM's dev-mode weight-sync routes, enough for DiskMergedSync and the supervisor's restart hook
+    @app.post("/pause")
+    @app.post("/resume")
+    async def pause_resume() -> dict[str, Any]:
+        return {}
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> dict[str, bool]:
+        return {"success": True}
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        if body.get("method") != "reload_weights":
+            raise HTTPException(400, f"method {body.get('method')!r}: only reload_weights is scripted")
+        app.state.weights = {"weights_path": body["kwargs"]["weights_path"], "reloads": app.state.weights["reloads"] + 1}
+        return {"results": [None]}
+
+    @app.get("/scripted/weights")
+    async def weights() -> dict[str, Any]:
+        return app.state.weights
 
     return app

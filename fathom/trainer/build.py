@@ -123,7 +123,9 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
 
     transfer: Any = None
     if ps.weight_sync == "merged":
-        common = {"vllm_url": endpoints.vllm_url, "proxy_url": endpoints.proxy_url, "timeout_s": t.weight_sync_timeout_s}
+        # retry_s: a policy server or proxy that `fathom launch` restarts mid-sync is waited for, not fatal.
+        common = {"vllm_url": endpoints.vllm_url, "proxy_url": endpoints.proxy_url, "timeout_s": t.weight_sync_timeout_s,
+                  "state_path": policy_state_path(run_dir), "retry_s": t.weight_sync_timeout_s}
         transfer = NcclMergedSync(**common) if cuda else DiskMergedSync(directory=run_dir / "merged", **common)
     # adapter sync: transfer stays None and TRL publishes `trl-policy-vN` adapters through /v1/load_lora_adapter,
     # which the proxy pins sessions to (capture_proxy.adapter_prefix).
@@ -150,6 +152,11 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         transfer.bind(trainer)
     return Run(trainer=trainer, transfer=transfer, watchdog=watchdog, metrics=metrics, run_dir=run_dir,
                rollouts_path=rollouts_path)
+
+
+def policy_state_path(run_dir: str | Path) -> Path:
+    """Where merged sync records the newest weights and version, for the supervisor to re-apply after a restart."""
+    return Path(run_dir) / "policy_state.json"
 
 
 def latest_checkpoint(run_dir: str | Path) -> str | None:

@@ -23,6 +23,10 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer
 STAGING = ".staging"
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written whole; nothing of it is left where a resume would look."""
+
+
 class _VersionTap:
     """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read."""
 
@@ -123,6 +127,13 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
         self._staging = True
         try:
             super()._save_checkpoint(model, trial)
+        except OSError as e:
+            # Disk full (or gone) mid-write: the half checkpoint is dropped, the previous one stays the newest
+            # complete one, and the run stops loudly; `fathom train --resume` continues from there.
+            shutil.rmtree(staging, ignore_errors=True)
+            raise CheckpointWriteError(
+                f"writing {name} into {run_dir} failed ({e}); it was discarded and the previous checkpoint is "
+                "untouched. Free disk space, then `fathom train --resume`") from e
         finally:
             self._staging = False
         final = Path(run_dir) / name

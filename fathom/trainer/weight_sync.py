@@ -10,10 +10,15 @@ sessions pin the new version while old ones keep their label.
 - `NcclMergedSync` (GPU): TRL's own `WeightTransferClient`, built once the trainer's model exists.
 Names are TRL's (`_iter_vllm_named_params`: PEFT prefixes stripped, LoRA tensors skipped). Tied
 embeddings appear once, as `model.embed_tokens.weight`; vLLM's loader ties `lm_head` to it.
+
+A policy server or proxy restarted by `fathom launch` forgets what the syncs told it. Each sync records
+the newest merged weights and the published version in `state_path` (`policy_state.json`), from which
+the supervisor re-applies both; and each request retries through a restart for `retry_s`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -34,9 +39,13 @@ class MergedSync:
     """Pause/resume on vLLM's dev API, prefix-cache reset, and the proxy version report."""
 
     def __init__(self, *, vllm_url: str, proxy_url: str | None, timeout_s: float = 600.0,
-                 http: httpx.Client | None = None):
+                 http: httpx.Client | None = None, state_path: str | Path | None = None, retry_s: float = 0.0,
+                 retry_poll_s: float = 2.0):
         self.vllm_url, self.proxy_url = vllm_url.rstrip("/"), (proxy_url or "").rstrip("/")
         self.timeout_s = timeout_s
+        self.state_path = Path(state_path) if state_path else None
+        self.retry_s, self.retry_poll_s = retry_s, retry_poll_s
+        self.state: dict[str, Any] = {"version": 0, "weights_path": None}
         self.http = http or httpx.Client(timeout=timeout_s)
         self.trainer: Any = None
         self.sync_seconds: list[float] = []
@@ -47,10 +56,20 @@ class MergedSync:
         return self
 
     def _post(self, url: str, **kw: Any) -> httpx.Response:
-        try:
-            r = self.http.post(url, **kw)
-        except httpx.HTTPError as e:
-            raise WeightSyncError(f"POST {url} failed: {e!r}") from e
+        # A transport error is a server dying or restarting under supervision: every request here is idempotent
+        # (pause, reload a directory, reset, resume, report a version), so retry until `retry_s` is spent.
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                r = self.http.post(url, **kw)
+                break
+            except httpx.TransportError as e:
+                if time.monotonic() >= deadline:
+                    raise WeightSyncError(f"POST {url} failed: {e!r}") from e
+                log.warning("POST %s failed (%r); retrying while the server restarts", url, e)
+                time.sleep(self.retry_poll_s)
+            except httpx.HTTPError as e:
+                raise WeightSyncError(f"POST {url} failed: {e!r}") from e
         if r.status_code != 200:
             raise WeightSyncError(f"POST {url} answered {r.status_code}: {r.text[:500]}")
         return r
@@ -84,7 +103,17 @@ class MergedSync:
         if self.proxy_url:
             version = (self.trainer.model_version if self.trainer is not None else len(self.sync_seconds)) + 1
             self._post(f"{self.proxy_url}/policy/version", json={"version": version})
+            self._record(version=version)
         self.sync_seconds.append(time.monotonic() - self._t0)
+
+    def _record(self, **changes: Any) -> None:
+        """Write `state_path` whole, then rename: a supervisor never reads half of it."""
+        self.state.update(changes)
+        if self.state_path is None:
+            return
+        tmp = self.state_path.with_name(f".{self.state_path.name}.tmp")
+        tmp.write_text(json.dumps(self.state) + "\n")
+        os.replace(tmp, self.state_path)
 
     def destroy(self) -> None:
         self.http.close()
@@ -112,6 +141,9 @@ class DiskMergedSync(MergedSync):
         tensors = {name: t.detach().to("cpu").contiguous().clone() for name, t in iterator}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         os.rename(tmp, final)
+        # Recorded before the reload: if vLLM dies mid-sync, its restart loads these newest weights, which the
+        # version reported by resume() will name.
+        self._record(weights_path=str(final))
         self._post(f"{self.vllm_url}/collective_rpc",
                    json={"method": "reload_weights", "kwargs": {"weights_path": str(final)}, "timeout": self.timeout_s})
         self._prune(final)

@@ -1,4 +1,5 @@
-"""The main job's supervisor: health waits, a dying server ends the run loudly, and nothing is left running."""
+"""The main job's supervisor: health waits, dead servers restarted with backoff, repeated deaths and stalls end
+the run loudly, and nothing is left running (checked by listing every process in the groups it made)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fathom.entrypoints.supervisor import LaunchError, Supervisor
+from fathom.entrypoints.supervisor import LaunchError, Restarts, Supervisor
 from tests.ports import free_port
 
 # A server that answers /health and leaves a grandchild (`sleep`) in its process group.
@@ -67,7 +68,7 @@ def test_servers_and_grandchildren_stop_on_exit(tmp_path: Path) -> None:
 
 def test_a_server_that_dies_during_a_stage_stops_the_run_with_its_log(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as err:
-        with Supervisor(tmp_path / "logs", poll_s=0.05) as sup:
+        with Supervisor(tmp_path / "logs", poll_s=0.05, restarts=Restarts(limit=0)) as sup:
             child, grandchild = _start_server(sup, tmp_path, "proxy")
             os.kill(child.proc.pid, 9)
             sup.run_stage("grpo", [sys.executable, "-c", "import time; time.sleep(60)"])
@@ -87,3 +88,105 @@ def test_a_server_that_exits_before_health_is_reported(tmp_path: Path) -> None:
         with pytest.raises(LaunchError, match=r"(?s)env exited with code 1 before it was healthy.*no such model"):
             sup.serve("env", [sys.executable, "-c", "import sys; print('no such model'); sys.exit(1)"],
                       f"http://127.0.0.1:{free_port()}/health", timeout_s=30)
+
+
+def _groups_members(pgids: set[int]) -> list[int]:
+    """Every live process in one of these process groups (the supervisor makes one per child)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[2]) in pgids:
+                out.append(int(d.name))
+    return out
+
+
+def _my_children() -> set[int]:
+    kids: set[int] = set()
+    for t in Path(f"/proc/{os.getpid()}/task").iterdir():
+        kids |= {int(x) for x in (t / "children").read_text().split()}
+    return kids
+
+
+def _wait_for(cond, within: float = 20.0) -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_dead_server_is_restarted_with_backoff_and_its_state_reapplied(tmp_path: Path) -> None:
+    fast = Restarts(limit=3, backoff_s=0.2, backoff_max_s=1.0, start_timeout_s=30)
+    restored: list[int] = []
+    with Supervisor(tmp_path / "logs", poll_s=0.05, restarts=fast) as sup:
+        child, grandchild = _start_server(sup, tmp_path)
+        child.on_restart = lambda c: restored.append(c.proc.pid)
+        first = child.proc.pid
+        os.kill(first, 9)
+        # the stage outlives the restart: training goes on while the server comes back
+        sup.run_stage("grpo", [sys.executable, "-c", "import time; time.sleep(3); print('trained')"])
+        assert child.alive() and child.proc.pid != first and restored == [child.proc.pid]
+        assert _gone(grandchild)  # the dead server's group was killed before the restart
+        assert [e.split(";")[0] for e in sup.events] == ["policy died with code -9", "policy is back (pid %d)" % child.proc.pid]
+        assert "restarting it in 0.2 s (restart 1 of at most 3" in sup.events[0]
+    assert "--- fathom launch: policy died with code -9" in (tmp_path / "logs" / "policy.log").read_text()
+
+
+def test_a_server_that_keeps_dying_ends_the_run_loudly_with_no_orphans(tmp_path: Path) -> None:
+    # Each incarnation starts a grandchild, answers health, then dies on its own.
+    flaky = SERVER.replace("print(\"server up\", flush=True)",
+                           "print('server up', flush=True); import threading, os; "
+                           "threading.Timer(0.5, lambda: os._exit(7)).start()")
+    port, pidfile = free_port(), tmp_path / "env.grandchild"
+    pgids: set[int] = set()
+    grandchildren: set[int] = set()
+    before = _my_children()
+    with pytest.raises(LaunchError) as err:
+        with Supervisor(tmp_path / "logs", poll_s=0.05,
+                        restarts=Restarts(limit=2, backoff_s=0.1, start_timeout_s=30)) as sup:
+            child = sup.serve("env", [sys.executable, "-c", flaky, str(port), str(pidfile)],
+                              f"http://127.0.0.1:{port}/health", timeout_s=30)
+            seen = {child.proc.pid}
+
+            def track() -> None:
+                seen.add(child.proc.pid)
+                if pidfile.exists() and pidfile.read_text():
+                    grandchildren.add(int(pidfile.read_text()))
+
+            sup.check_servers = (lambda orig: (lambda: (track(), orig())[1]))(sup.check_servers)
+            sup.run_stage("grpo", [sys.executable, "-c", "import time; time.sleep(120)"])
+            pgids.update(seen)
+    pgids.update(seen)
+    msg = str(err.value)
+    assert msg.startswith("env died with code 7 after 2 restarts within 3600 s (launch.max_restarts = 2)"), msg
+    assert "server up" in msg  # the log's last lines
+    assert len(seen) == 3 and grandchildren
+    assert _groups_members(pgids) == []  # no server, stage or grandchild of any incarnation is left
+    assert all(_gone(g) for g in grandchildren)
+    assert _my_children() - before == set()
+
+
+def test_a_stage_whose_heartbeat_goes_stale_is_stopped_loudly(tmp_path: Path) -> None:
+    heartbeat = tmp_path / "metrics.jsonl"
+    stuck = "import time; open(%r, 'w').write('step 1'); print('step 1 done', flush=True); time.sleep(120)" % str(heartbeat)
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match=r"(?s)grpo stalled: .*metrics.jsonl not updated for \d+ s \(limit 1.5 s.*step 1 done"):
+        with Supervisor(tmp_path / "logs", poll_s=0.05) as sup:
+            sup.run_stage("grpo", [sys.executable, "-c", stuck], heartbeat=heartbeat, stall_s=1.5)
+    assert time.monotonic() - t0 < 30
+    assert sup.children == []
+
+
+def test_a_restart_hook_that_cannot_restore_state_ends_the_run(tmp_path: Path) -> None:
+    def refuse(_c):
+        raise RuntimeError("policy version 4 was synced over NCCL and lives only in the trainer")
+
+    with pytest.raises(LaunchError, match=r"(?s)policy restarted, but its state could not be restored: policy version 4"):
+        with Supervisor(tmp_path / "logs", poll_s=0.05, restarts=Restarts(backoff_s=0.1)) as sup:
+            child, _ = _start_server(sup, tmp_path)
+            child.on_restart = refuse
+            os.kill(child.proc.pid, 9)
+            sup.run_stage("grpo", [sys.executable, "-c", "import time; time.sleep(60)"])

@@ -94,3 +94,36 @@ def test_failed_reload_stops_loudly(tmp_path):
     sync.pause()
     with pytest.raises(WeightSyncError, match="collective_rpc answered 500"):
         sync.send_weights(iter({"w": torch.zeros(1)}.items()))
+
+
+def test_state_file_names_the_newest_weights_and_version(tmp_path):
+    fake = FakeServers()
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          state_path=tmp_path / "policy_state.json",
+                          http=httpx.Client(transport=httpx.MockTransport(fake))).bind(Trainer())
+    for _ in range(2):
+        one_sync(sync, {"model.embed_tokens.weight": torch.randn(4, 2)})
+    state = json.loads((tmp_path / "policy_state.json").read_text())
+    assert state["version"] == 2
+    assert state["weights_path"] == fake.calls[-4][1]["kwargs"]["weights_path"]  # the last reload's directory
+
+
+def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path):
+    fake, down = FakeServers(), {"left": 3}
+
+    def flaky(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/collective_rpc" and down["left"]:
+            down["left"] -= 1
+            raise httpx.ConnectError("connection refused", request=req)
+        return fake(req)
+
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          retry_s=30, retry_poll_s=0.01,
+                          http=httpx.Client(transport=httpx.MockTransport(flaky))).bind(Trainer())
+    one_sync(sync, {"model.embed_tokens.weight": torch.randn(4, 2)})
+    assert down["left"] == 0 and [c[0] for c in fake.calls][-1] == "proxy/policy/version"
+
+    down["left"] = 10**6
+    sync.retry_s = 0.05
+    with pytest.raises(WeightSyncError, match="collective_rpc failed"):
+        one_sync(sync, {"model.embed_tokens.weight": torch.randn(4, 2)})
