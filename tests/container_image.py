@@ -15,7 +15,6 @@ Used by tests/integration/test_container.py and bench/deploy.py.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -102,5 +101,7 @@ def stop_container(name: str) -> str:
     return log.stdout + log.stderr
 
 
-def exec_in(name: str, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return podman("exec", name, *argv, check=False, timeout=timeout, env=os.environ)
+def exec_in(name: str, *argv: str, env_extra: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    envs = [a for k, v in (env_extra or {}).items() for a in ("--env", f"{k}={v}")]
+    return podman("exec", *envs, name, *argv, check=False, timeout=timeout)
