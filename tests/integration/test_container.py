@@ -56,7 +56,8 @@ def test_health_and_non_root(container):
     assert httpx.get(f"{url}/health", timeout=5).json()["status"] == "healthy"
     assert ci.exec_in(name, "id", "-u").stdout.strip() == "1000"
     # No trainer stack in the image.
-    p = ci.exec_in(name, "python3", "-c", "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('vllm'))")
+    probe = "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('vllm'))"
+    p = ci.exec_in(name, "python3", "-c", probe)
     assert p.stdout.strip() == "None None", p.stdout + p.stderr
 
 
