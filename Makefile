@@ -52,6 +52,12 @@ $(STAMPS)/system:
 	# shellcheck checks run_job.sh and run_eval_watch.sh.
 	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || $(call require_or_warn,chromium)
 	command -v shellcheck >/dev/null || (apt-get update -qq && apt-get install -y -qq shellcheck) || $(call require_or_warn,shellcheck)
+	# The container test (tests/integration/test_container.py) debootstraps a base and builds the env server's
+	# image with rootful podman; runc because crun 1.8 refuses hybrid cgroup v1/v2 hosts (docs/deploy.md).
+	command -v podman >/dev/null || (apt-get update -qq && apt-get install -y -qq podman) || $(call require_or_warn,podman)
+	command -v runc >/dev/null || (apt-get update -qq && apt-get install -y -qq runc) || $(call require_or_warn,runc)
+	command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap) || \
+	  $(call require_or_warn,debootstrap)
 	touch $@
 
 # The GPU trainer's environment (HF Jobs image): vLLM for TRL's NCCL weight transfer, without its dependencies,

@@ -12,6 +12,7 @@ from fathom.entrypoints import (
     ask_cmd,
     config_cmd,
     demo_cmd,
+    deploy_cmd,
     doctor_cmd,
     env_cmd,
     eval_cmd,
@@ -41,6 +42,7 @@ app.add_typer(proxy_cmd.app, name="proxy")
 app.add_typer(env_cmd.app, name="env")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(config_cmd.app, name="config")
+app.add_typer(deploy_cmd.app, name="deploy")
 eval_cmd.app.command("watch", context_settings=eval_cmd.OVERRIDE_SETTINGS)(eval_watch_cmd.watch)
 eval_cmd.app.command("stages", context_settings=stages_cmd.OVERRIDE_SETTINGS)(stages_cmd.stages)
 app.add_typer(eval_cmd.app, name="eval")
