@@ -35,6 +35,7 @@ from fathom.capture_proxy.sessions import Session
 from fathom.capture_proxy.state import ProxyState, make_state
 from fathom.capture_proxy.upstream import UpstreamError
 from fathom.config.capture_proxy import CaptureProxyConfig
+from fathom.config.security import SharedTokenGate
 from fathom.protocol import PUBLIC_MODEL_NAME, Budgets, SessionCreate
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,9 @@ def create_app(
     upstream_url: str,
     base_model: str,
     weight_sync: Literal["adapter", "merged"] = "adapter",
-) -> "HotPath":
+    shared_token: str | None = None,
+) -> "HotPath | SharedTokenGate":
+    """`shared_token`: when set, every route but /healthz requires it as `X-Fathom-Token` (see config.security)."""
     state = make_state(cfg, upstream_url=upstream_url, base_model=base_model, weight_sync=weight_sync)
 
     @asynccontextmanager
@@ -232,7 +235,10 @@ def create_app(
         ("/metrics", metrics, ["GET"]),
     ):
         app.add_route(path, endpoint, methods=methods)
-    return HotPath(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+    front = HotPath(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+    if not shared_token:
+        return front
+    return SharedTokenGate(front, shared_token, open_paths={"/healthz"}, bearer=False, what="capture proxy")
 
 
 class HotPath:

@@ -23,6 +23,9 @@ from typing import Any
 
 import httpx
 
+from fathom.config.security import shared_token
+from fathom.protocol import token_headers
+
 log = logging.getLogger(__name__)
 
 
@@ -37,7 +40,7 @@ class MergedSync:
                  http: httpx.Client | None = None):
         self.vllm_url, self.proxy_url = vllm_url.rstrip("/"), (proxy_url or "").rstrip("/")
         self.timeout_s = timeout_s
-        self.http = http or httpx.Client(timeout=timeout_s)
+        self.http = http or httpx.Client(timeout=timeout_s, headers=token_headers(shared_token()))  # the proxy may require it
         self.trainer: Any = None
         self.sync_seconds: list[float] = []
         self._t0 = 0.0

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import HTTPEnvServer
 
 from fathom.config import FathomConfig
+from fathom.config.security import SharedTokenGate
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server.environment import RLMEnvironment
 from fathom.env_server.server.errors import EnvServerError, status_of
@@ -49,6 +50,8 @@ def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | 
         return JSONResponse({"detail": str(e)}, status_code=status_of(e))
 
     app.add_exception_handler(EnvServerError, domain_error)
+    # Outermost, so OpenEnv's routes (HTTP and /ws) are gated too; the health probe stays open for supervisors.
+    app.add_middleware(SharedTokenGate, token=cfg.token(), open_paths={"/health"}, what="env server")
     server = _RLMServer(
         functools.partial(RLMEnvironment, rt),
         RLMAction,
