@@ -92,7 +92,7 @@ class FakeEngine:
         # Prompt ids: one id per character of the rendered conversation, so a longer conversation's
         # ids start with a shorter one's, like a real chat template's.
         if "messages" in body:
-            text = "".join(f"<{m['role']}>{m['content']}" for m in body["messages"])
+            text = "".join(f"<{m.get('role')}>{m.get('content') or ''}" for m in body["messages"])
             prompt = [ord(c) % 1000 for c in text]
         elif isinstance(body["prompt"], str):
             prompt = [ord(c) % 1000 for c in body["prompt"]]
