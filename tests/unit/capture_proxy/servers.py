@@ -157,6 +157,7 @@ class FakeEngine:
                                      "total_tokens": len(prompt) + len(completion)}})
 
 
-def proxy_app(upstream_url: str, base_model: str = BASE, weight_sync: str = "adapter", **cfg: Any):
+def proxy_app(upstream_url: str, base_model: str = BASE, weight_sync: str = "adapter", shared_token: str | None = None,
+              **cfg: Any):
     return create_app(CaptureProxyConfig(**cfg), upstream_url=upstream_url, base_model=base_model,
-                      weight_sync=weight_sync)  # type: ignore[arg-type]
+                      weight_sync=weight_sync, shared_token=shared_token)  # type: ignore[arg-type]
