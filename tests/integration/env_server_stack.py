@@ -95,7 +95,7 @@ class Stack:
                                    self.tmp / "proxy.log"))
         self.procs.append(Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
                                self.tmp / "env.log"))
-        urls = {"scripted upstream": f"{self.upstream_url}/health", "capture proxy": f"{self.proxy_url}/metrics",
+        urls = {"scripted upstream": f"{self.upstream_url}/health", "capture proxy": f"{self.proxy_url}/healthz",
                 "env server": f"{self.env_url}/health"}
         for p in self.procs:
             p.wait_http(urls[p.name])
