@@ -24,6 +24,16 @@ conversation after its first must extend the one before (token in, token out); p
 HEADER_CALL_ID = "X-Fathom-Call-Id"
 """Response header with the proxy's id for the call; a sub-call sends it back as its parent."""
 
+HEADER_SHARED_TOKEN = "X-Fathom-Token"
+"""The shared token (config `shared_token` / `$FATHOM_SHARED_TOKEN`) the proxy and env server require when set.
+Its own header because Authorization already carries the proxy's session id (and HF Jobs strips Authorization)."""
+
+
+def token_headers(token: str | None) -> dict[str, str]:
+    """Headers that carry the shared token to the proxy or env server; empty when there is none."""
+    return {HEADER_SHARED_TOKEN: token} if token else {}
+
+
 PUBLIC_MODEL_NAME = "policy"
 """Clients always name this model; the proxy rewrites it to the session's pinned version."""
 

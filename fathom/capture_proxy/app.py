@@ -12,7 +12,7 @@ Routes
   GET    /v1/models                the public model `policy`
   GET    /policy                   how `policy` resolves now
   POST   /policy/version           {"version": N}: the trainer's sync count under merged sync
-  GET    /healthz, GET /metrics
+  GET    /healthz, GET /metrics, GET /openapi.json (capture_proxy/openapi.py)
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from starlette.responses import PlainTextResponse, Response
 
 from fathom.capture_proxy.calls import flush, handle_call
 from fathom.capture_proxy.http import HTTPFail, error, json_response, read_json
+from fathom.capture_proxy.openapi import openapi_schema
 from fathom.capture_proxy.pinning import PinningError, UnknownModel
 from fathom.capture_proxy.sessions import Session
 from fathom.capture_proxy.state import ProxyState, make_state
 from fathom.capture_proxy.upstream import UpstreamError
 from fathom.config.capture_proxy import CaptureProxyConfig
+from fathom.config.security import SharedTokenGate
 from fathom.protocol import PUBLIC_MODEL_NAME, Budgets, SessionCreate
 
 logger = logging.getLogger(__name__)
@@ -53,7 +55,9 @@ def create_app(
     upstream_url: str,
     base_model: str,
     weight_sync: Literal["adapter", "merged"] = "adapter",
-) -> "HotPath":
+    shared_token: str | None = None,
+) -> "HotPath | SharedTokenGate":
+    """`shared_token`: when set, every route but /healthz requires it as `X-Fathom-Token` (see config.security)."""
     state = make_state(cfg, upstream_url=upstream_url, base_model=base_model, weight_sync=weight_sync)
 
     @asynccontextmanager
@@ -172,10 +176,18 @@ def create_app(
             return e.response()
         if not isinstance(raw, dict):
             return error(400, "body must be a JSON object (vLLM's /tokenize request)", "invalid_json")
+        prompt, messages = raw.get("prompt"), raw.get("messages")
+        if not (isinstance(prompt, str) or (isinstance(messages, list) and messages
+                                            and all(isinstance(m, dict) for m in messages))):
+            return error(400, 'body must carry "prompt" (a string) or "messages" (a non-empty list of chat messages)',
+                         "invalid_request")
         try:
             resp = await state.upstream.post("/tokenize", orjson.dumps(raw | {"model": base_model}))
         except UpstreamError as e:
             return error(502, f"policy server call failed: {e}", "upstream_" + e.kind)
+        if resp.status >= 500:  # the engine's own failure is a bad gateway here, not this proxy's
+            detail = resp.body[:300].decode("utf-8", "replace")
+            return error(502, f"policy server answered HTTP {resp.status} to /tokenize: {detail}", "upstream_status")
         return Response(resp.body, status_code=resp.status, media_type="application/json")
 
     async def models(_request: Request) -> Response:
@@ -212,6 +224,11 @@ def create_app(
         return json_response({"status": "ok", "upstream": upstream_url, "upstream_ok": state.upstream_ok,
                               "sessions_open": state.store.open_count, "sessions_stored": len(state.store.sessions)})
 
+    schema = openapi_schema()
+
+    async def openapi(_request: Request) -> Response:
+        return json_response(schema)
+
     async def metrics(_request: Request) -> Response:
         return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -230,9 +247,13 @@ def create_app(
         ("/policy/version", post_policy_version, ["POST"]),
         ("/healthz", healthz, ["GET"]),
         ("/metrics", metrics, ["GET"]),
+        ("/openapi.json", openapi, ["GET"]),
     ):
         app.add_route(path, endpoint, methods=methods)
-    return HotPath(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+    front = HotPath(app, {"/v1/chat/completions": chat, "/v1/completions": completions})
+    if not shared_token:
+        return front
+    return SharedTokenGate(front, shared_token, open_paths={"/healthz"}, bearer=False, what="capture proxy")
 
 
 class HotPath:

@@ -69,6 +69,10 @@ def prepare(kind: str, body: dict[str, Any], *, model: str, sampling: dict[str, 
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("messages must be a non-empty list of chat messages")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                raise BadRequest(f"messages[{i}] must be an object with a string role "
+                                 '(e.g. {"role": "user", "content": "..."})')
     else:
         prompt = body.get("prompt")
         single_ids = isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)

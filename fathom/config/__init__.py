@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, model_validator
+from pydantic import SecretStr, ValidationError, model_validator
 
 from fathom.config.base import ConfigError, FathomModel, apply_overrides, fathom_home, read_toml
 from fathom.config.capture_proxy import CaptureProxyConfig
@@ -66,6 +66,17 @@ class FathomConfig(FathomModel):
 
     launch: LaunchConfig = LaunchConfig()
     """The main job: stages and server start-up."""
+
+    shared_token: SecretStr | None = None
+    """Token the capture proxy and env server require (header `X-Fathom-Token`, or `Authorization: Bearer` on the
+    env server) and every fathom client sends; required to bind either past loopback. Prefer `$FATHOM_SHARED_TOKEN`
+    (used when this is unset): a token here would sit in the TOML. Written to the run directory masked."""
+
+    def token(self) -> str | None:
+        """The shared token in force: `shared_token`, else `$FATHOM_SHARED_TOKEN`, else None."""
+        from fathom.config.security import shared_token
+
+        return shared_token(self.shared_token)
 
     @property
     def run_dir(self) -> Path:

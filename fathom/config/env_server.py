@@ -67,6 +67,14 @@ class EnvServerConfig(FathomModel):
     proxy_url: str = ""
     """Default capture proxy base URL for episodes that name none; empty means http://{capture_proxy.host}:{capture_proxy.port}."""
 
+    max_body_bytes: int = Field(4 * 2**20, gt=0)
+    """Largest HTTP request body accepted (episode requests, OpenEnv reset/step); larger ones get 413 before parsing.
+    WebSocket messages have their own 64 MiB cap."""
+
+    urls: list[str] = []
+    """Env server roots the trainer's rollout worker spreads episodes over, fewest in flight first (env servers on
+    other hosts: set `shared_token` on all of them). Empty means the one at http://{host}:{port}."""
+
     proxy_timeout_s: float = Field(300.0, gt=0)
     """Timeout of one model call through the proxy (vLLM on CPU can take minutes for a long turn)."""
 

@@ -12,6 +12,7 @@ from typing import Any, Iterator, NoReturn
 import typer
 
 from fathom.config import ConfigError, FathomConfig, load_config
+from fathom.config.security import SHARED_TOKEN_ENV
 
 CONFIG_OPTION = typer.Option("configs/smoke.toml", "--config", "-c", help="TOML config file under configs/.")
 
@@ -37,9 +38,13 @@ def die(msg: str, code: int = 2) -> NoReturn:
 def config_from(ctx: typer.Context, config: str) -> FathomConfig:
     """Load `config` with the extra CLI args as dotted overrides; exit with the message on error."""
     try:
-        return load_config(config, list(ctx.args))
+        cfg = load_config(config, list(ctx.args))
     except ConfigError as e:
         die(str(e))
+    token = cfg.token()
+    if token:  # every fathom client, in this process and its children, reads the token from here
+        os.environ[SHARED_TOKEN_ENV] = token
+    return cfg
 
 
 def eprint(*args: object) -> None:

@@ -23,7 +23,15 @@ def serve(
     cfg = config_from(ctx, config)
     import uvicorn
 
+    from fathom.config import ConfigError
+    from fathom.config.security import check_bind
     from fathom.env_server.server.app import create_app
+
+    bind = host or cfg.env_server.host
+    try:
+        check_bind(bind, cfg.token(), "the env server", "--host" if host else "env_server.host")
+    except ConfigError as e:
+        die(str(e))
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokenizer_dir = None
@@ -41,7 +49,7 @@ def serve(
         die(f"env server cannot start: {e}")
     uvicorn.run(
         application,
-        host=host or cfg.env_server.host,
+        host=bind,
         port=port or cfg.env_server.port,
         log_level=log_level,
         ws_max_size=64 * 2**20,

@@ -19,7 +19,8 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's newest checkpoint."),
     vllm_url: str = typer.Option(None, help="Policy server root (default: policy_server.host:port)."),
     proxy_url: str = typer.Option(None, help="Capture proxy root (default: capture_proxy.host:port)."),
-    env_url: str = typer.Option(None, help="Env server root (default: env_server.host:port)."),
+    env_url: list[str] = typer.Option(None, help="Env server root; repeat to spread episodes over several "
+                                                 "(default: env_server.urls, else env_server.host:port)."),
     progress: bool = typer.Option(True, help="Show a rich progress bar."),
 ) -> None:
     """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
@@ -38,7 +39,7 @@ def train(
     ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
     eps = Endpoints(vllm_url=vllm_url or f"http://{ps.host}:{ps.port}",
                     proxy_url=proxy_url or f"http://{pc.host}:{pc.port}",
-                    env_url=env_url or f"http://{es.host}:{es.port}")
+                    env_url=list(env_url or es.urls or [f"http://{es.host}:{es.port}"]))
     try:
         model_path = resolve_model(cfg.model)
     except ModelError as e:

@@ -20,7 +20,8 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 
 from fathom.env_server.models import RLMAction, RLMObservation, RLMState
-from fathom.protocol import EpisodeRequest, EpisodeResult
+from fathom.config.security import shared_token
+from fathom.protocol import EpisodeRequest, EpisodeResult, token_headers
 
 
 class RLMEnv(EnvClient[RLMAction, RLMObservation, RLMState]):
@@ -42,8 +43,12 @@ class EpisodeError(RuntimeError):
 
 
 class EpisodeClient:
-    def __init__(self, base_url: str, timeout_s: float = 60.0):
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout_s)
+    """`token`: the shared token, sent as `X-Fathom-Token`; None reads `$FATHOM_SHARED_TOKEN` (unset: no token)."""
+
+    def __init__(self, base_url: str, timeout_s: float = 60.0, token: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(base_url=self.base_url, timeout=timeout_s,
+                                 headers=token_headers(token or shared_token()))
 
     def close(self) -> None:
         self.http.close()

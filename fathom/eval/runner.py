@@ -14,8 +14,9 @@ from typing import Callable
 
 import httpx
 
+from fathom.config.security import shared_token
 from fathom.env_server.client import EpisodeClient, EpisodeError
-from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate
+from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate, token_headers
 
 
 class EvalError(RuntimeError):
@@ -61,14 +62,14 @@ class EvalRunner:
             except httpx.HTTPError as e:
                 raise EvalError(f"{name} at {url} is not answering ({e}); start it, or let `fathom eval` start "
                                 "the stack from a config (--start)") from None
-        with httpx.Client(base_url=self.t.proxy_url, timeout=30) as proxy:
+        with httpx.Client(base_url=self.t.proxy_url, headers=token_headers(shared_token()), timeout=30) as proxy:
             sid = self._open(proxy, "preflight")
             proxy.delete(f"/sessions/{sid}")
 
     def run_one(self, task_id: str, proxy: httpx.Client | None = None, env: EpisodeClient | None = None) -> EpisodeResult:
         """One episode; any infrastructure failure comes back as an unscorable result, never raised."""
         if proxy is None or env is None:
-            with httpx.Client(base_url=self.t.proxy_url, timeout=30) as p, EpisodeClient(self.t.env_url) as e:
+            with httpx.Client(base_url=self.t.proxy_url, headers=token_headers(shared_token()), timeout=30) as p, EpisodeClient(self.t.env_url) as e:
                 return self.run_one(task_id, p, e)
         # Unique per call: a runner reused (the watcher, a benchmark's rounds) must not collide with its earlier ids.
         eid = f"eval-{self.run_id}-{self.t.label}-{task_id}-{uuid.uuid4().hex[:6]}"
@@ -109,7 +110,7 @@ class EvalRunner:
         # One client each, shared by the threads (httpx clients are thread-safe): a client per episode
         # costs a TLS context and a TCP connect each, which showed up as eval overhead on 2 cores.
         limits = httpx.Limits(max_connections=2 * self.concurrency, max_keepalive_connections=2 * self.concurrency)
-        with httpx.Client(base_url=self.t.proxy_url, timeout=30, limits=limits) as proxy, \
+        with httpx.Client(base_url=self.t.proxy_url, headers=token_headers(shared_token()), timeout=30, limits=limits) as proxy, \
                 EpisodeClient(self.t.env_url) as env, concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool, \
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eval-close") as closer:
             self._closer = closer

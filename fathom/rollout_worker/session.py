@@ -16,8 +16,10 @@ from typing import Any
 import httpx
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
+from fathom.config.security import shared_token
 from fathom.env_server.client import EpisodeClient
-from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate
+from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate, token_headers
+from fathom.rollout_worker.balance import LeastInFlight
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,22 @@ class FathomSession(ResourceSession):
         self.policy_version = policy_version
         self.result: EpisodeResult | None = None
         self.closed = False
+        self.env_index = 0
+        """Which of the factory's env servers runs the episode."""
+        self._in_flight = False
+
+    @property
+    def env(self) -> EpisodeClient:
+        return self.factory.env_clients[self.env_index]
+
+    def _started_on(self, index: int) -> None:
+        self.env_index, self._in_flight = index, True
+
+    def _finished(self) -> None:
+        """The episode no longer loads its env server (done, errored or abandoned): free its slot, once."""
+        if self._in_flight:
+            self._in_flight = False
+            self.factory.balancer.release(self.env_index)
 
     # --- ResourceSession: the env server runs the loop, so there are no tools to call here ---------------
     def initial_messages(self) -> list[dict[str, Any]]:
@@ -75,11 +93,13 @@ class FathomSession(ResourceSession):
         """0 when the episode finished, 1 when it errored; TimeoutError when it is still running at the deadline."""
         timeout = timeout_s if timeout_s is not None else self.factory.timeout_s
         try:
-            res = self.factory.episodes.wait(self.episode_id, timeout_s=timeout)
+            res = self.env.wait(self.episode_id, timeout_s=timeout)
         except Exception as e:  # noqa: BLE001 - transport or server failure: the rollout is unscorable
             raise RolloutError(f"episode {self.episode_id}: cannot read its result from the env server: {e}") from e
         self.result = res
-        if res.status not in ("done", "error"):
+        if res.status in ("done", "error"):
+            self._finished()
+        else:
             raise TimeoutError(f"episode {self.episode_id} still {res.status} after {timeout:g} s")
         return 0 if res.status == "done" else 1
 
@@ -100,7 +120,7 @@ class FathomSession(ResourceSession):
     def verify(self, transcript: list[dict[str, Any]], final_state: Any | None = None) -> VerifyResult:
         res = self.result
         if res is None or res.status not in ("done", "error"):
-            res = self.factory.episodes.get(self.episode_id)
+            res = self.env.get(self.episode_id)
             self.result = res
         _last_verified.result = res
         scorable = res.status == "done" and res.reward is not None
@@ -113,6 +133,7 @@ class FathomSession(ResourceSession):
         if self.closed:
             return
         self.closed = True
+        self._finished()
         try:
             self.factory.proxy.delete(f"/sessions/{self.session_id}")
         except httpx.HTTPError as e:
@@ -141,18 +162,49 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
     spawned rollout child, where the HTTP clients are built.
     """
 
-    def __init__(self, *, proxy_url: str, env_url: str, max_tokens: int, max_turns: int, timeout_s: float = 900.0,
-                 sampling: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
-                 on_failure: Any = None):
-        self.proxy_url, self.env_url = proxy_url.rstrip("/"), env_url.rstrip("/")
+    def __init__(self, *, proxy_url: str, env_url: str | list[str], max_tokens: int, max_turns: int,
+                 timeout_s: float = 900.0, sampling: dict[str, Any] | None = None,
+                 metadata: dict[str, Any] | None = None, on_failure: Any = None, token: str | None = None):
+        urls = [env_url] if isinstance(env_url, str) else list(env_url)
+        if not urls:
+            raise ValueError("env_url is an empty list; give at least one env server root URL")
+        self.proxy_url = proxy_url.rstrip("/")
+        self.env_urls = [u.rstrip("/") for u in urls]
+        self.env_url = self.env_urls[0]
         temperature = float((sampling or {}).get("temperature", 1.0))
         self.sampling = Sampling(temperature=temperature, max_tokens=max_tokens)
         self.limits = EpisodeLimits(max_turns=max_turns)
         self.timeout_s = timeout_s
         self.metadata = dict(metadata or {})
         self.on_failure = on_failure
-        self.proxy = httpx.Client(base_url=self.proxy_url, timeout=60.0)
-        self.episodes = EpisodeClient(self.env_url, timeout_s=60.0)
+        token = token or shared_token()
+        self.proxy = httpx.Client(base_url=self.proxy_url, timeout=60.0, headers=token_headers(token))
+        self.env_clients = [EpisodeClient(u, timeout_s=60.0, token=token) for u in self.env_urls]
+        self.balancer = LeastInFlight(len(self.env_clients))
+
+    @property
+    def episodes(self) -> EpisodeClient:
+        """The first env server's client (the only one with a single URL)."""
+        return self.env_clients[0]
+
+    def _start_episode(self, req: EpisodeRequest) -> int:
+        """Start the episode on the least-loaded env server; an unreachable one is skipped for the next."""
+        errors: list[str] = []
+        tried: set[int] = set()
+        while (index := self.balancer.acquire(tried)) is not None:
+            tried.add(index)
+            try:
+                self.env_clients[index].start(req)
+                return index
+            except httpx.TransportError as e:
+                self.balancer.release(index)
+                errors.append(f"{self.env_urls[index]}: {e!r}")
+                log.warning("env server %s unreachable for episode %s, trying the next: %s", self.env_urls[index],
+                            req.episode_id, e)
+            except Exception:
+                self.balancer.release(index)
+                raise
+        raise RolloutError(f"episode {req.episode_id}: no env server took it: {'; '.join(errors)}")
 
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> FathomSession:
         task_id = task_id_of(task)
@@ -167,9 +219,9 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
             session = FathomSession(self, session_id=info["session_id"], episode_id=episode_id, task_id=task_id,
                                     policy_version=int(info["policy_version"]))
             try:
-                self.episodes.start(EpisodeRequest(episode_id=episode_id, task_id=task_id,
-                                                   session_id=session.session_id, proxy_url=self.proxy_url,
-                                                   limits=self.limits, sampling=self.sampling, metadata=meta))
+                session._started_on(self._start_episode(EpisodeRequest(
+                    episode_id=episode_id, task_id=task_id, session_id=session.session_id, proxy_url=self.proxy_url,
+                    limits=self.limits, sampling=self.sampling, metadata=meta)))
             except Exception:
                 session.close()
                 raise

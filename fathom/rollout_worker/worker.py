@@ -11,7 +11,7 @@ from fathom.rollout_worker.session import FathomSessionFactory
 
 
 def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids: list[int], proxy_url: str,
-                 env_url: str, vllm_url: str, num_generations: int, max_inflight: int, max_tokens: int,
+                 env_url: str | list[str], vllm_url: str, num_generations: int, max_inflight: int, max_tokens: int,
                  max_turns: int, temperature: float, episode_timeout_s: float, rollouts_path: str | Path,
                  metadata: dict[str, Any] | None = None) -> Any:
     """A HarnessRolloutWorker whose child process runs whole episodes on the env server.

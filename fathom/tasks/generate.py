@@ -49,6 +49,11 @@ def get_task(task_id: str) -> Task:
     return task
 
 
+def registered(task_id: str) -> Task | None:
+    """The loaded task with this id, if any."""
+    return _registry.get(task_id)
+
+
 def register(tasks: list[Task]) -> None:
     """Make loaded tasks reachable through get_task(id)."""
     for t in tasks:

@@ -11,22 +11,49 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from fathom.tasks.generate import register
+from pydantic import ValidationError
+
+from fathom.tasks.generate import register, registered
 from fathom.tasks.record import CHARS_PER_TOKEN, Gold, Task, TaskMetadata
+
+MAX_CONTEXT_CHARS = 50_000_000
+"""A row's context past this is refused (5x the largest generated task); raise it with max_context_chars=."""
 
 DEFAULT_FIELDS = {"id": "id", "question": "question", "context": "context", "answer": "answer",
                   "aliases": "aliases", "type": "answer_type", "family": "family"}
 
 
-def _row_to_task(row: dict[str, Any], n: int, source: str, fields: dict[str, str], prefix: str) -> Task:
+def _row_to_task(row: Any, n: int, source: str, fields: dict[str, str], prefix: str,
+                 max_context_chars: int = MAX_CONTEXT_CHARS) -> Task:
     f = {**DEFAULT_FIELDS, **fields}
     where = f"{source} row {n}"
+    if not isinstance(row, dict):
+        raise ValueError(f"{where} is a JSON {type(row).__name__}, not an object; each row must be one task object "
+                         "with question, context and answer")
     missing = [f[k] for k in ("question", "context", "answer") if row.get(f[k]) in (None, "")]
     if missing:
         raise ValueError(f"{where} lacks {', '.join(missing)}; map other column names with fields={{...}}")
+    for key in ("question", "context"):
+        if not isinstance(row[f[key]], str):
+            raise ValueError(f"{where}: {f[key]!r} must be a string, got a {type(row[f[key]]).__name__}")
+    for key, kinds in (("id", (str, int)), ("family", (str,)), ("aliases", (list,))):
+        value = row.get(f[key])
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise ValueError(f"{where}: {f[key]!r} must be {' or '.join(k.__name__ for k in kinds)}, "
+                             f"got {type(value).__name__}")
+    budget = row.get("token_budget")
+    if budget is not None and (type(budget) is not int or budget <= 0):
+        raise ValueError(f"{where}: token_budget must be a positive integer, got {budget!r}")
+    if len(row[f["context"]]) > max_context_chars:
+        raise ValueError(f"{where}: context is {len(row[f['context']]):,} characters, over the "
+                         f"{max_context_chars:,} cap; split the document or pass max_context_chars=")
     gold_raw = row[f["answer"]]
     if isinstance(gold_raw, dict):  # our own to_dict() format
-        gold = Gold.model_validate(gold_raw)
+        try:
+            gold = Gold.model_validate(gold_raw)
+        except ValidationError as e:
+            raise ValueError(f"{where}: answer object is not a gold record: {e.errors(include_url=False)[0]['msg']} "
+                             f"at {'.'.join(str(p) for p in e.errors()[0]['loc'])}") from None
     elif isinstance(gold_raw, list):
         items = [str(x) for x in gold_raw]
         gold = Gold(answer="; ".join(items), type="set", items=items)
@@ -45,21 +72,28 @@ def _row_to_task(row: dict[str, Any], n: int, source: str, fields: dict[str, str
 
 
 def from_rows(rows: Iterable[dict[str, Any]], source: str, fields: dict[str, str] | None = None,
-              *, limit: int | None = None, id_prefix: str | None = None) -> list[Task]:
+              *, limit: int | None = None, id_prefix: str | None = None,
+              max_context_chars: int = MAX_CONTEXT_CHARS) -> list[Task]:
     """Tasks from row dicts; rows without an id get `{id_prefix}-{row number}`."""
     out = []
     for n, row in enumerate(rows):
         if limit is not None and n >= limit:
             break
-        out.append(_row_to_task(row, n, source, fields or {}, id_prefix or Path(source).stem))
+        out.append(_row_to_task(row, n, source, fields or {}, id_prefix or Path(source).stem, max_context_chars))
     ids = [t.id for t in out]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{source} has duplicate task ids; give each row a unique {(fields or {}).get('id', 'id')!r}")
+    for t in out:
+        known = registered(t.id)
+        if known is not None and (known.question, known.context, known.gold) != (t.question, t.context, t.gold):
+            raise ValueError(f"{source}: task id {t.id!r} is already loaded with other content "
+                             f"({known.metadata.template}); give the rows unique ids")
     register(out)
     return out
 
 
-def load_jsonl(path: str | Path, fields: dict[str, str] | None = None, *, limit: int | None = None) -> list[Task]:
+def load_jsonl(path: str | Path, fields: dict[str, str] | None = None, *, limit: int | None = None,
+               max_context_chars: int = MAX_CONTEXT_CHARS) -> list[Task]:
     """Tasks from a JSON-lines file: one object per line with question, context and answer."""
     p = Path(path)
     if not p.is_file():
@@ -75,7 +109,7 @@ def load_jsonl(path: str | Path, fields: dict[str, str] | None = None, *, limit:
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{p}:{i} is not valid JSON ({e.msg}); each line must be one task object") from None
 
-    return from_rows(rows(), str(p), fields, limit=limit)
+    return from_rows(rows(), str(p), fields, limit=limit, max_context_chars=max_context_chars)
 
 
 def load_hub(repo_id: str, *, split: str = "test", config: str | None = None, fields: dict[str, str] | None = None,

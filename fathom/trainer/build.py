@@ -21,8 +21,8 @@ class Endpoints:
     """Policy server root (no /v1): weight sync and pause/resume."""
     proxy_url: str
     """Capture proxy root: sessions, traces, POST /policy/version."""
-    env_url: str
-    """Env server root: POST /episodes."""
+    env_url: str | list[str]
+    """Env server root (POST /episodes), or several: the rollout worker spreads episodes by load."""
 
 
 @dataclass

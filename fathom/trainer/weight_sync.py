@@ -28,6 +28,9 @@ from typing import Any
 
 import httpx
 
+from fathom.config.security import shared_token
+from fathom.protocol import token_headers
+
 log = logging.getLogger(__name__)
 
 
@@ -46,7 +49,7 @@ class MergedSync:
         self.state_path = Path(state_path) if state_path else None
         self.retry_s, self.retry_poll_s = retry_s, retry_poll_s
         self.state: dict[str, Any] = {"version": 0, "weights_path": None}
-        self.http = http or httpx.Client(timeout=timeout_s)
+        self.http = http or httpx.Client(timeout=timeout_s, headers=token_headers(shared_token()))  # the proxy may require it
         self.trainer: Any = None
         self.sync_seconds: list[float] = []
         self._t0 = 0.0

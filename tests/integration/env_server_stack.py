@@ -95,11 +95,22 @@ class Stack:
                                    self.tmp / "proxy.log"))
         self.procs.append(Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
                                self.tmp / "env.log"))
-        urls = {"scripted upstream": f"{self.upstream_url}/health", "capture proxy": f"{self.proxy_url}/metrics",
+        urls = {"scripted upstream": f"{self.upstream_url}/health", "capture proxy": f"{self.proxy_url}/healthz",
                 "env server": f"{self.env_url}/health"}
         for p in self.procs:
             p.wait_http(urls[p.name])
         return self
+
+    def add_env_server(self) -> str:
+        """One more env server on the same proxy and settings (another port); returns its URL."""
+        port = free_port()
+        n = sum(1 for p in self.procs if p.name.startswith("env server"))
+        proc = Proc(f"env server {n + 1}", [FATHOM, "env", "serve", "--config", str(self.tmp / "stack.toml"),
+                                            "--port", str(port), "--log-level", "warning"], self.tmp / f"env{n + 1}.log")
+        self.procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        proc.wait_http(f"{url}/health")
+        return url
 
     def stop(self) -> None:
         for p in reversed(self.procs):

@@ -7,13 +7,17 @@ import functools
 from typing import Any, Callable
 
 from fastapi import FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.http_server import HTTPEnvServer
 
 from fathom.config import FathomConfig
+from fathom.config.security import SharedTokenGate
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server.environment import RLMEnvironment
 from fathom.env_server.server.errors import EnvServerError, status_of
+from fathom.env_server.server.limits import BodyCap, request_error_message
 from fathom.env_server.server.runtime import Runtime
 from fathom.protocol import EpisodeRequest, EpisodeResult
 
@@ -49,6 +53,18 @@ def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | 
         return JSONResponse({"detail": str(e)}, status_code=status_of(e))
 
     app.add_exception_handler(EnvServerError, domain_error)
+
+    # FastAPI's 422 lists locations only; add one sentence that names the route and each bad field.
+    async def invalid_request(request: Request, e: Exception) -> JSONResponse:
+        assert isinstance(e, RequestValidationError)
+        return JSONResponse({"detail": jsonable_encoder(e.errors()),
+                             "message": request_error_message(request.method, request.url.path, e.errors())},
+                            status_code=422)
+
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_middleware(BodyCap, cap=cfg.env_server.max_body_bytes, field="env_server.max_body_bytes")
+    # Outermost, so OpenEnv's routes (HTTP and /ws) are gated too; the health probe stays open for supervisors.
+    app.add_middleware(SharedTokenGate, token=cfg.token(), open_paths={"/health"}, what="env server")
     server = _RLMServer(
         functools.partial(RLMEnvironment, rt),
         RLMAction,

@@ -76,6 +76,12 @@ class EpisodeManager:
                                  "(max(env_server.max_depth, env_server.demo_max_depth)); lower it")
         if episode_id in self.entries:
             raise Conflict(f"episode id {episode_id!r} already exists; choose a new episode_id")
+        if req.session_id:
+            # Two episodes recording into one capture session would interleave their turns into one broken trace.
+            other = next((k for k, e in self.entries.items() if e.result.session_id == req.session_id), None)
+            if other is not None:
+                raise Conflict(f"session id {req.session_id!r} is already used by episode {other!r}; "
+                               "open a new capture-proxy session for each episode")
         loop = asyncio.get_running_loop()
         # Resolve before answering so an unknown task is a 404 on this request, not a failed episode later.
         task = await loop.run_in_executor(self.rt.executor, self.rt.load_task, req.task_id, req.family, req.seed,

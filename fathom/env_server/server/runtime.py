@@ -16,6 +16,7 @@ from fathom.env_server.server.episodes import EpisodeManager, load_task
 from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
 from fathom.env_server.server.task_cache import TaskCache
 from fathom.env_server.server.tokens import ChatTokens, TokenPath
+from fathom.protocol import token_headers
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,9 @@ class Runtime:
         loop = asyncio.get_running_loop()
         self.pool = await loop.run_in_executor(self.executor, self._pool_factory, self.cfg)
         n = self.cfg.env_server.max_concurrent_envs * 4
-        self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n))
+        # Every call to the proxy (harness turns, llm() sub-calls, /tokenize) carries the shared token when set.
+        self.http = httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+                                      headers=token_headers(self.cfg.token()))
         self.episodes = EpisodeManager(self)
         if self.cfg.env_server.prompt_format == "tokens":
             await self._start_tokens()

@@ -92,7 +92,7 @@ class FakeEngine:
         # Prompt ids: one id per character of the rendered conversation, so a longer conversation's
         # ids start with a shorter one's, like a real chat template's.
         if "messages" in body:
-            text = "".join(f"<{m['role']}>{m['content']}" for m in body["messages"])
+            text = "".join(f"<{m.get('role')}>{m.get('content') or ''}" for m in body["messages"])
             prompt = [ord(c) % 1000 for c in text]
         elif isinstance(body["prompt"], str):
             prompt = [ord(c) % 1000 for c in body["prompt"]]
@@ -157,6 +157,7 @@ class FakeEngine:
                                      "total_tokens": len(prompt) + len(completion)}})
 
 
-def proxy_app(upstream_url: str, base_model: str = BASE, weight_sync: str = "adapter", **cfg: Any):
+def proxy_app(upstream_url: str, base_model: str = BASE, weight_sync: str = "adapter", shared_token: str | None = None,
+              **cfg: Any):
     return create_app(CaptureProxyConfig(**cfg), upstream_url=upstream_url, base_model=base_model,
-                      weight_sync=weight_sync)  # type: ignore[arg-type]
+                      weight_sync=weight_sync, shared_token=shared_token)  # type: ignore[arg-type]

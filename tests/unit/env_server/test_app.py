@@ -73,7 +73,7 @@ def test_episode_error_table(app_client, monkeypatch):
     import fathom.tasks
 
     monkeypatch.setattr(fathom.tasks, "score", lambda *a, **k: 1 / 0)
-    res = episode(client, {"task_id": TASK, "session_id": "s"})
+    res = episode(client, {"task_id": TASK, "session_id": "s2"})  # "s" is episode d's
     assert res["status"] == "error" and res["reward"] is None and "verifier failed" in res["error"]
 
 
