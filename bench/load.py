@@ -5,8 +5,8 @@ and RSS growth of the servers (every process in their groups: the env server's s
 included). Then every fault scenario of issue 14 (`bench/faults.py`), run here, each a target.
 
 Prints one JSON object whose `targets` list holds {name, value, target, met}. Each measurement is a function
-in MEASUREMENTS taking (stack, report) and returning its targets, so another (e.g. several env servers)
-is one more entry.
+in MEASUREMENTS taking (stack, report) and returning its targets; the last spreads episodes over two env
+servers (bench/load_spread.py).
 
   python bench/load.py [--skip-trainer]   # --skip-trainer: leave out the trainer-kill scenario (minutes)
 """
@@ -25,7 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import faults  # noqa: E402
+from bench import faults, load_spread  # noqa: E402
 from fathom.tasks import load_split  # noqa: E402
 
 MEMORY_GROWTH_MB = 200.0
@@ -117,8 +117,15 @@ def measure_faults(stack: faults.ScriptedStack, report: dict[str, Any], *, skip_
     return targets
 
 
-# Each entry: (stack, report) -> targets. Append a measurement here (e.g. episodes spread over two env servers).
-MEASUREMENTS: list[Callable[..., list[dict[str, Any]]]] = [measure_load, measure_faults]
+def measure_two_env_servers(_stack: faults.ScriptedStack, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Episodes spread over two env servers by load (bench/load_spread.py, on a stack of its own)."""
+    m = load_spread.measure()
+    report["env_servers"] = m
+    return load_spread.targets_of(m)
+
+
+# Each entry: (stack, report) -> targets.
+MEASUREMENTS: list[Callable[..., list[dict[str, Any]]]] = [measure_load, measure_faults, measure_two_env_servers]
 
 
 def main() -> None:

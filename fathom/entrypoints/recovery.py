@@ -18,6 +18,7 @@ from typing import Any, Callable
 import httpx
 
 from fathom.entrypoints.supervisor import Child
+from fathom.protocol import token_headers
 
 
 def read_state(path: Path) -> dict[str, Any] | None:
@@ -43,11 +44,12 @@ def reapply_weights(policy_url: str, state_path: Path, timeout_s: float = 600.0)
     return hook
 
 
-def reapply_version(proxy_url: str, state_path: Path) -> Callable[[Child], None]:
+def reapply_version(proxy_url: str, state_path: Path, token: str | None = None) -> Callable[[Child], None]:
     def hook(_child: Child) -> None:
         state = read_state(state_path)
         if state and state.get("version"):
-            r = httpx.post(f"{proxy_url}/policy/version", json={"version": int(state["version"])}, timeout=30)
+            r = httpx.post(f"{proxy_url}/policy/version", json={"version": int(state["version"])}, timeout=30,
+                           headers=token_headers(token))
             if r.status_code != 200:
                 raise RuntimeError(f"reporting policy version {state['version']} answered HTTP {r.status_code}: "
                                    f"{r.text[:300]}")
@@ -60,4 +62,4 @@ def hooks_for(cfg: Any, urls: dict[str, str]) -> dict[str, Callable[[Child], Non
     if cfg.policy_server.weight_sync != "merged":
         return {}
     return {"policy": reapply_weights(urls["policy"], state, cfg.trainer.weight_sync_timeout_s),
-            "proxy": reapply_version(urls["proxy"], state)}
+            "proxy": reapply_version(urls["proxy"], state, cfg.token())}
