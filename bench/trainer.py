@@ -113,7 +113,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--no-sync-run", action="store_true", help="skip the max_staleness 0 run (no async ratio)")
     a = ap.parse_args()
+    from fathom.entrypoints.common import passive_omp
 
+    passive_omp()  # as `fathom train` does, before torch loads (the trainer here runs in this process)
     from peft import LoraConfig
 
     from fathom.config import load_config
