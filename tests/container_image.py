@@ -87,10 +87,15 @@ def build_image(tag: str = IMAGE) -> dict:
     return {"base": base, "base_s": t1 - t0, "build_s": t2 - t1, "size_bytes": size}
 
 
+TOKEN = "container-test-token"
+"""The shared token the container's env server requires: it binds past loopback, which it refuses without one."""
+
+
 def run_container(name: str, port: int, tag: str = IMAGE, extra: list[str] | None = None) -> None:
     """Start the image's default command on host `port` (host network: no port forwarding needed)."""
     podman("rm", "-f", name, check=False)
-    podman("run", "-d", "--name", name, "--network", "host", *ULIMITS, *(extra or []), tag,
+    podman("run", "-d", "--name", name, "--network", "host", *ULIMITS, "--env", f"FATHOM_SHARED_TOKEN={TOKEN}",
+           *(extra or []), tag,
            "fathom", "env", "serve", "-c", "configs/container.toml", "--env_server.port", str(port))
 
 

@@ -25,6 +25,7 @@ def space(
 ) -> None:
     """Write the Space folder (Dockerfile, package, config, card) and push it with huggingface_hub."""
     from fathom.config import ConfigError
+    from fathom.config.security import SHARED_TOKEN_ENV, shared_token
     from fathom.entrypoints.space import HEALTH_PATH, build_space_folder, push_space
 
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
@@ -41,10 +42,17 @@ def space(
             if f.parts[0] != "fathom":
                 print(f"  {f}")
         print(f"  fathom/ ({sum(f.parts[0] == 'fathom' for f in files)} files)")
-        print(f"dry run: would create Space {repo_id} (docker) and upload the folder above")
+        secret = "set" if shared_token() else f"missing: export {SHARED_TOKEN_ENV} before the real push"
+        print(f"dry run: would create Space {repo_id} (docker), store its {SHARED_TOKEN_ENV} secret ({secret}) "
+              "and upload the folder above")
         return
+    secret = shared_token()
+    if not secret:
+        die(f"the Space's env server binds to all interfaces and refuses to start without a shared token: "
+            f"export {SHARED_TOKEN_ENV}=<a long random string>; it is stored as the Space's secret, and clients "
+            "send it as the X-Fathom-Token header")
     try:
-        url = push_space(out, repo_id, private=private, token=token)
+        url = push_space(out, repo_id, private=private, token=token, shared_token=secret)
     except Exception as e:  # auth, network, name taken: the Hub's message says which
         die(f"push to Space {repo_id} failed: {e}")
     print(f"pushed: {url} (the Space builds the image, then answers {HEALTH_PATH})")

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from fathom.config import load_config
+from fathom.config.security import SHARED_TOKEN_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "fathom" / "env_server" / "server" / "Dockerfile"
@@ -42,14 +43,17 @@ An [OpenEnv](https://github.com/meta-pytorch/OpenEnv) environment for Recursive 
 document lives in a sandboxed Python REPL as `context`; the agent writes code to read it, calls `llm()` on pieces,
 and answers with `FINAL(...)`. Rewards are computed inside the environment.
 
-- Health: `GET {HEALTH_PATH}` on port {port} (what the Space routes to).
+- Health: `GET {HEALTH_PATH}` on port {port} (what the Space routes to); the only route open without the token.
+- Every other route needs the Space's shared token (its `{SHARED_TOKEN_ENV}` secret) as the header
+  `X-Fathom-Token` (or `Authorization: Bearer`).
 - OpenEnv API: `POST /reset`, `POST /step`, `GET /state`, `GET /schema`, `WS /ws`.
 - Whole episodes against a model behind a FATHOM capture proxy: `POST /episodes`, `GET /episodes/{{id}}`.
 
 ```python
 from openenv.core.generic_client import GenericEnvClient
 
-with GenericEnvClient(base_url="https://{repo_id.replace('/', '-').replace('_', '-').lower()}.hf.space").sync() as env:
+url = "https://{repo_id.replace('/', '-').replace('_', '-').lower()}.hf.space"
+with GenericEnvClient(base_url=url, headers={{"X-Fathom-Token": TOKEN}}).sync() as env:
     obs = env.reset(task_id="needle-4k-s1000000").observation
     print(env.step({{"code": "print(len(context))"}}).observation["output"])
 ```
@@ -75,12 +79,15 @@ def build_space_folder(out: Path, repo_id: str, config: Path = CONTAINER_CONFIG)
     return sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
 
 
-def push_space(out: Path, repo_id: str, *, private: bool, token: str | None) -> str:
-    """Create the Space if needed (Docker SDK) and upload the folder; returns the Space's URL."""
+def push_space(out: Path, repo_id: str, *, private: bool, token: str | None, shared_token: str) -> str:
+    """Create the Space if needed (Docker SDK), store the shared token as its secret, upload the folder; returns
+    the Space's URL. The env server binds past loopback there, which it refuses without the token."""
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
     api.create_repo(repo_id, repo_type="space", space_sdk="docker", private=private, exist_ok=True)
+    api.add_space_secret(repo_id, SHARED_TOKEN_ENV, shared_token,
+                         description="FATHOM shared token: clients send it as X-Fathom-Token")
     api.upload_folder(folder_path=str(out), repo_id=repo_id, repo_type="space",
                       commit_message="fathom deploy space: env server image")
     return f"https://huggingface.co/spaces/{repo_id}"

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from fathom.config import load_config
+from fathom.protocol import token_headers
 from fathom.tasks import load_split, reference_solution
 from tests import container_image as ci
 from tests.ports import free_port
@@ -54,6 +55,9 @@ def container():
 def test_health_and_non_root(container):
     name, url = container
     assert httpx.get(f"{url}/health", timeout=5).json()["status"] == "healthy"
+    # Bound past loopback, it serves nothing but /health without the shared token.
+    assert httpx.get(f"{url}/schema", timeout=5).status_code == 401
+    assert httpx.get(f"{url}/schema", timeout=5, headers=token_headers(ci.TOKEN)).status_code == 200
     assert ci.exec_in(name, "id", "-u").stdout.strip() == "1000"
     # No trainer stack in the image.
     probe = "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('vllm'))"
@@ -76,7 +80,7 @@ def test_scripted_episode_over_the_generic_openenv_client(container):
 
     _, url = container
     task_id = load_split("test")[1]
-    with GenericEnvClient(base_url=url).sync() as env:
+    with GenericEnvClient(base_url=url, headers=token_headers(ci.TOKEN)).sync() as env:
         r = env.reset(task_id=task_id)
         obs = r.observation
         assert obs["task_id"] == task_id and not r.done
@@ -95,7 +99,7 @@ def test_reading_etc_passwd_is_refused(container, code):
     from openenv.core.generic_client import GenericEnvClient
 
     _, url = container
-    with GenericEnvClient(base_url=url).sync() as env:
+    with GenericEnvClient(base_url=url, headers=token_headers(ci.TOKEN)).sync() as env:
         env.reset(task_id=load_split("test")[0])
         out = env.step({"code": code + "\nprint('ESCAPED')"}).observation["output"]
     assert "root:" not in out and "ESCAPED" not in out, out

@@ -61,3 +61,19 @@ def test_openenv_sees_the_docker_deployment():
     from openenv.cli._validation import get_deployment_modes
 
     assert get_deployment_modes(ROOT / "fathom" / "env_server")["docker"] is True
+
+
+def test_real_push_needs_the_shared_token_and_stores_it_as_a_secret(tmp_path, monkeypatch):
+    monkeypatch.delenv("FATHOM_SHARED_TOKEN", raising=False)
+    monkeypatch.setattr(space_mod, "push_space", _no_push)
+    args = ["deploy", "space", "me/fathom-env", "--out", str(tmp_path / "s")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and "FATHOM_SHARED_TOKEN" in res.output  # refused before any Hub call
+
+    pushed = {}
+    monkeypatch.setattr(space_mod, "push_space", lambda out, repo, **kw: pushed.update(kw, repo=repo) or "url")
+    monkeypatch.setenv("FATHOM_SHARED_TOKEN", "s3cret-token")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert pushed["shared_token"] == "s3cret-token" and pushed["repo"] == "me/fathom-env"
+    assert "s3cret-token" not in res.output
