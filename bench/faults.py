@@ -153,19 +153,26 @@ def _run(factory, n: int) -> list[dict[str, Any]]:
     return [_outcome(s) for s in sessions]
 
 
+def _kill_mid_rollout(st: ScriptedStack, factory, name: str) -> tuple[list, list[dict[str, Any]]]:
+    """Open 4 slowed rollouts, kill server `name` while they run, wait until the supervisor has it back;
+    returns the sessions and their outcomes, with the slow-down lifted."""
+    st.fault(delay_s=0.5)
+    sessions = [factory.create(TASK, seed=i) for i in range(4)]
+    time.sleep(0.3)
+    old = st.kill(name)
+    st.wait_back(name, old)
+    affected = [_outcome(s) for s in sessions]
+    st.fault(delay_s=0.0)
+    return sessions, affected
+
+
 def vllm_restart(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, Any]:
     """Policy server killed mid-rollout, restarted: affected rollouts unscorable (never 0); the restarted server
     got the newest merged weights back; new sessions pin the trainer's version; the next sync works."""
     with scripted_stack(tmp, stack) as st:
         v1 = st.sync_weights()
         factory = st.factory()
-        st.fault(delay_s=0.5)
-        sessions = [factory.create(TASK, seed=i) for i in range(4)]
-        time.sleep(0.3)
-        old = st.kill("policy")
-        st.wait_back("policy", old)
-        affected = [_outcome(s) for s in sessions]
-        st.fault(delay_s=0.0)
+        affected = _kill_mid_rollout(st, factory, "policy")[1]
         served = st.http.get(f"{st.policy_url}/scripted/weights").json()
         reapplied = served["weights_path"] == json.loads(st.state.read_text())["weights_path"]
         pinned_after_restart = st.pinned_version()
@@ -185,13 +192,7 @@ def env_restart(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, Any]
     """Env server killed mid-episode, restarted: those episodes unscorable (never 0); new episodes work."""
     with scripted_stack(tmp, stack) as st:
         factory = st.factory(timeout_s=60)
-        st.fault(delay_s=0.5)
-        sessions = [factory.create(TASK, seed=i) for i in range(4)]
-        time.sleep(0.3)
-        old = st.kill("env")
-        st.wait_back("env", old)
-        affected = [_outcome(s) for s in sessions]
-        st.fault(delay_s=0.0)
+        affected = _kill_mid_rollout(st, factory, "env")[1]
         after = _run(factory, 2)
     passed = (all(a["reward"] is None for a in affected)
               and all(a["reward"] is not None and a["turns"] > 0 for a in after))
@@ -205,13 +206,7 @@ def proxy_restart(tmp: Path, stack: ScriptedStack | None = None) -> dict[str, An
     with scripted_stack(tmp, stack) as st:
         v = st.sync_weights()
         factory = st.factory(timeout_s=60)
-        st.fault(delay_s=0.5)
-        sessions = [factory.create(TASK, seed=i) for i in range(4)]
-        time.sleep(0.3)
-        old = st.kill("proxy")
-        st.wait_back("proxy", old)
-        affected = [_outcome(s) for s in sessions]
-        st.fault(delay_s=0.0)
+        sessions, affected = _kill_mid_rollout(st, factory, "proxy")
         sid = sessions[0].session_id
         chat = st.http.post(f"{st.proxy_url}/v1/chat/completions", headers={"Authorization": f"Bearer {sid}"},
                             json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]})

@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,48 +40,26 @@ OBSERVE = """() => {
 }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"fathom ui exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"fathom ui did not answer {url} in {timeout_s} s:\n{log.read_text()[-3000:]}")
-
-
 def _measure(rounds: int = 5, delay_s: float = 0.3) -> tuple[list[dict], dict]:
     from playwright.sync_api import sync_playwright
 
     from fathom.entrypoints.common import serve_in_thread
     from fathom.env_server.scripted import create_scripted_app
     from fathom.policy_server.tiny import build_tiny
+    from tests.integration.env_server_stack import Proc
+    from tests.ports import free_port
 
     tiny = str(build_tiny())
     upstream = create_scripted_app("recursive", tokenizer_dir=tiny, delay_s=delay_s)
     samples: list[float] = []
     with serve_in_thread(upstream) as up_url, tempfile.TemporaryDirectory() as tmp:
-        port, log = _free_port(), Path(tmp) / "ui.log"
-        with open(log, "wb") as fh:
-            ui = subprocess.Popen([sys.executable, "-m", "fathom.entrypoints.cli", "ui", "--base-url", up_url,
-                                   "--port", str(port), "--tokenizer", tiny], cwd=ROOT, stdout=fh,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
-                                  env=os.environ | {"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
+        port = free_port()
+        ui = Proc("fathom ui", [sys.executable, "-m", "fathom.entrypoints.cli", "ui", "--base-url", up_url,
+                                "--port", str(port), "--tokenizer", tiny], Path(tmp) / "ui.log",
+                  env={"PYTHONPATH": str(ROOT)})
         try:
             url = f"http://127.0.0.1:{port}/"
-            _wait_http(url, ui, log)
+            ui.wait_http(url, timeout_s=120.0)
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
                                             args=BROWSER_ARGS)
@@ -106,8 +80,7 @@ def _measure(rounds: int = 5, delay_s: float = 0.3) -> tuple[list[dict], dict]:
                 finally:
                     browser.close()
         finally:
-            os.killpg(ui.pid, 15)
-            ui.wait(timeout=30)
+            ui.stop()
     worst = max(samples)
     targets = [{"name": "ui_first_turn_latency_s", "value": round(worst, 3), "target": TARGET_S,
                 "met": worst <= TARGET_S}]

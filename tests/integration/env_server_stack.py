@@ -24,11 +24,11 @@ FATHOM = str(ROOT / ".venv" / "bin" / "fathom")
 
 
 class Proc:
-    def __init__(self, name: str, args: list[str], log: Path):
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str] | None = None):
         self.name, self.log = name, log
         self.fh = open(log, "wb")
         self.p = subprocess.Popen(args, stdout=self.fh, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                                  env=os.environ | {"PYTHONUNBUFFERED": "1"})
+                                  env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}))
 
     def wait_http(self, url: str, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
