@@ -13,12 +13,16 @@ from fathom.rollout_worker.session import FathomSessionFactory
 def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids: list[int], proxy_url: str,
                  env_url: str | list[str], vllm_url: str, num_generations: int, max_inflight: int, max_tokens: int,
                  max_turns: int, temperature: float, episode_timeout_s: float, rollouts_path: str | Path,
-                 metadata: dict[str, Any] | None = None) -> Any:
+                 metadata: dict[str, Any] | None = None, drop_flat_groups: bool = False) -> Any:
     """A HarnessRolloutWorker whose child process runs whole episodes on the env server.
 
     Everything handed over is picklable (partials, plain classes, paths): the worker spawns its child.
+    `drop_flat_groups` uses the subclass that never queues groups whose advantages are all zero (`flat.py`).
     """
-    from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
+    if drop_flat_groups:
+        from fathom.rollout_worker.flat import SignalOnlyRolloutWorker as HarnessRolloutWorker
+    else:
+        from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
 
     log = RolloutLog(rollouts_path)
     factory = functools.partial(FathomSessionFactory, proxy_url=proxy_url, env_url=env_url, max_tokens=max_tokens,
