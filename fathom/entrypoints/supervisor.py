@@ -239,6 +239,9 @@ class Supervisor:
                                         f"(limit {stall_s:g} s: trainer.watchdog_s + launch.stall_grace_s); "
                                         "stopped it")
             time.sleep(self.poll_s)
+        # The stage is gone, but what it started may not be: TRL's spawned rollout child survived a SIGTERM of
+        # `fathom train` (its group had been signalled once) and kept running episodes against dead servers.
+        _signal_group(proc, signal.SIGKILL)
         copier.join(timeout=5)
         self.children.remove(child)
         if proc.returncode != 0:

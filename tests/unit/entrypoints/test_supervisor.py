@@ -66,6 +66,18 @@ def test_servers_and_grandchildren_stop_on_exit(tmp_path: Path) -> None:
     assert "server up" in (tmp_path / "logs" / "policy.log").read_text()
 
 
+def test_what_a_stage_leaves_behind_is_stopped_with_it(tmp_path: Path) -> None:
+    # A stage that exits while a child it started ignores SIGTERM (as TRL's rollout child did) leaves no orphan.
+    pidfile = tmp_path / "left"
+    stage = ("import signal, subprocess, sys\n"
+             "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+             "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+             f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n")
+    with Supervisor(tmp_path / "logs", poll_s=0.05) as sup:
+        sup.run_stage("grpo", [sys.executable, "-c", stage])
+        assert _gone(int(pidfile.read_text()))
+
+
 def test_a_server_that_dies_during_a_stage_stops_the_run_with_its_log(tmp_path: Path) -> None:
     with pytest.raises(LaunchError) as err:
         with Supervisor(tmp_path / "logs", poll_s=0.05, restarts=Restarts(limit=0)) as sup:
