@@ -140,8 +140,9 @@ class DiskMergedSync(MergedSync):
         tmp = self.directory / f".{final.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        # Copies, because the trainer unmerges the adapter from these very tensors right after this returns.
-        tensors = {name: t.detach().to("cpu").contiguous().clone() for name, t in iterator}
+        # No copies: save_file has written every byte before it returns, and only then does the trainer unmerge
+        # the adapter from these very tensors. A clone of the 540 MB model cost 0.3-5 s of the sync on 2 cores.
+        tensors = {name: t.detach().to("cpu").contiguous() for name, t in iterator}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         os.rename(tmp, final)
         # Recorded before the reload: if vLLM dies mid-sync, its restart loads these newest weights, which the

@@ -71,6 +71,17 @@ def test_sync_order_reload_path_and_version_report(tmp_path):
     assert not list((tmp_path / "merged").glob(".*"))  # no staging left
 
 
+
+def test_written_weights_survive_the_unmerge(tmp_path):
+    # The sync hands the trainer's own tensors to save_file (no copy); TRL unmerges them in place right after.
+    fake = FakeServers()
+    sync = make(tmp_path, fake)
+    w = {"model.layers.0.mlp.up_proj.weight": torch.ones(3, 2)}
+    one_sync(sync, w)
+    w["model.layers.0.mlp.up_proj.weight"].sub_(1.0)  # what unmerge_adapter does to the merged weight
+    saved = load_file(fake.calls[1][1]["kwargs"]["weights_path"] + "/model.safetensors")
+    assert torch.equal(saved["model.layers.0.mlp.up_proj.weight"], torch.ones(3, 2))
+
 def test_old_directories_are_pruned_and_versions_count_on(tmp_path):
     fake = FakeServers()
     sync = make(tmp_path, fake)
