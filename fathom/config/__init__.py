@@ -107,6 +107,15 @@ class FathomConfig(FathomModel):
                 f"({self.trainer.max_staleness} + 2); in-flight sessions would lose their pinned adapter: "
                 "raise policy_server.max_loras or lower trainer.max_staleness"
             )
+        if self.trainer.cpu_cores and ps.cpu_cores not in ("auto", "nobind"):
+            from fathom.config.cpus import parse_cpu_list
+
+            both = sorted(set(parse_cpu_list(self.trainer.cpu_cores)) & set(parse_cpu_list(ps.cpu_cores)))
+            if both:
+                raise ValueError(
+                    f"trainer.cpu_cores ({self.trainer.cpu_cores!r}) and policy_server.cpu_cores ({ps.cpu_cores!r}) "
+                    f"share cores {both}; a parallel region would wait on the other process: make them disjoint"
+                )
         if ps.weight_sync == "adapter" and not ps.enable_lora:
             raise ValueError(
                 "policy_server.weight_sync is 'adapter' but policy_server.enable_lora is false; "

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from fathom.config.base import FathomModel
+from fathom.config.cpus import parse_cpu_list
 
 
 class PolicyServerConfig(FathomModel):
@@ -25,6 +28,11 @@ class PolicyServerConfig(FathomModel):
 
     dev_mode: Literal["auto", "on", "off"] = "auto"
     """vLLM's VLLM_SERVER_DEV_MODE (/collective_rpc, /server_info, RL weight-transfer routes). `auto`: on only when weight_sync is `merged`, which needs those routes."""
+
+    cpu_cores: str = "auto"
+    """CPU only: cores vLLM's model worker runs its threads on (`VLLM_CPU_OMP_THREADS_BIND`: `auto`, `nobind`, or a
+    list like `0` or `0-5`). `auto` lets vLLM pick, which on 2 cores binds the worker to core 0. Give the trainer the
+    others (`trainer.cpu_cores`) when both share the machine."""
 
     enforce_eager: bool = False
     """Skip graph compilation: about 55 s start-up instead of ~180 s on CPU, slower decoding."""
@@ -55,3 +63,12 @@ class PolicyServerConfig(FathomModel):
 
     extra_args: list[str] = []
     """Extra command-line arguments appended to the vLLM invocation."""
+
+    @field_validator("cpu_cores", mode="before")
+    @classmethod
+    def _cpu_cores(cls, v: object) -> object:
+        if isinstance(v, int) and not isinstance(v, bool):  # `--trainer.cpu_cores 1` parses as TOML: an int
+            v = str(v)
+        if isinstance(v, str) and v not in ("auto", "nobind"):
+            parse_cpu_list(v)
+        return v

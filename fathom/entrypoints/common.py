@@ -12,6 +12,7 @@ from typing import Any, Iterator, NoReturn
 import typer
 
 from fathom.config import ConfigError, FathomConfig, load_config
+from fathom.config.cpus import parse_cpu_list
 from fathom.config.security import SHARED_TOKEN_ENV
 
 CONFIG_OPTION = typer.Option("configs/smoke.toml", "--config", "-c", help="TOML config file under configs/.")
@@ -28,6 +29,24 @@ def passive_omp() -> None:
     unmerge of a weight sync took 12-14 s spinning and 0.5-1.3 s passive.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def pin_cpus(spec: str, setting: str = "trainer.cpu_cores") -> list[int] | None:
+    """Run this process (and the children it starts) on the cores in `spec`, with one torch thread per core;
+    empty: leave it as it is. Call before torch is imported. Exits with a message naming `setting` when a core
+    is not available here."""
+    if not spec:
+        return None
+    cores = parse_cpu_list(spec)
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError as e:
+        die(f"{setting} = {spec!r}: cannot run on cores {cores} ({e.strerror}); this machine offers "
+            f"{sorted(os.sched_getaffinity(0))}: pick cores from those")
+    os.environ["OMP_NUM_THREADS"] = str(len(cores))
+    if "torch" in sys.modules:  # already loaded: its thread pool was sized from the old OMP_NUM_THREADS
+        sys.modules["torch"].set_num_threads(len(cores))
+    return cores
 
 
 def die(msg: str, code: int = 2) -> NoReturn:

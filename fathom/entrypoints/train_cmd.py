@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, pin_cpus
 
 EXIT_WATCHDOG = 3
 
@@ -26,6 +26,7 @@ def train(
     """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
     passive_omp()
     cfg = config_from(ctx, config)
+    pin_cpus(cfg.trainer.cpu_cores)
     import logging
 
     from fathom.config import write_resolved

@@ -115,6 +115,8 @@ def server_env(ps: PolicyServerConfig, device: str) -> dict[str, str]:
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(ps.cpu_kvcache_gb)
         env["VLLM_TARGET_DEVICE"] = "cpu"
+        if ps.cpu_cores != "auto":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ps.cpu_cores
     return env
 
 

@@ -71,6 +71,10 @@ def test_missing_and_broken_files_name_the_file(tmp_path):
           "--policy_server.max_loras", "3", "--trainer.max_staleness", "2"],
          ["policy_server.max_loras", "trainer.max_staleness"]),
         (["--policy_server.weight_sync", "adapter"], ["policy_server.weight_sync", "policy_server.enable_lora"]),
+        (["--policy_server.cpu_cores", "0-1", "--trainer.cpu_cores", "1"],
+         ["trainer.cpu_cores", "policy_server.cpu_cores", "[1]"]),
+        (["--trainer.cpu_cores", "1-"], ["trainer.cpu_cores", "'1-'"]),
+        (["--policy_server.cpu_cores", "3-1"], ["policy_server.cpu_cores", "backwards"]),
     ],
 )
 def test_cross_checks_reject_bad_combinations_naming_both_fields(overrides, fields):
@@ -106,3 +110,12 @@ def test_both_shipped_configs_sync_merged_weights():
     prod = load_config(ROOT / "configs/qwen1.5b-a100.toml").trainer
     assert (prod.lora.rank, prod.lora.alpha, prod.num_generations, prod.max_staleness, prod.temperature) == (16, 32, 8, 4, 1.0)
     assert set(prod.lora.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+
+def test_cpu_lists_parse_like_vllms():
+    from fathom.config.cpus import parse_cpu_list
+
+    assert parse_cpu_list("5,2-4") == [2, 3, 4, 5]
+    assert parse_cpu_list("1") == [1]
+    cfg = load_config(None, ["--policy_server.cpu_cores", "nobind", "--trainer.cpu_cores", "0"])
+    assert cfg.trainer.cpu_cores == "0"

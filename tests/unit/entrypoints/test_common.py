@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 
-from fathom.entrypoints.common import passive_omp
+import pytest
+import typer
+
+from fathom.entrypoints.common import passive_omp, pin_cpus
 
 
 def test_passive_omp_is_a_default_the_user_can_override(monkeypatch):
@@ -26,3 +29,20 @@ def test_train_sets_it_before_torch_is_imported():
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split()[-2:] == ["PASSIVE", "False"]
+
+
+def test_pin_cpus_sets_affinity_and_threads_in_a_child():
+    # In a child process: pinning is process-wide and would outlive the test here.
+    allowed = sorted(os.sched_getaffinity(0))
+    code = ("import os, torch\nfrom fathom.entrypoints.common import pin_cpus\n"
+            f"print(pin_cpus('{allowed[-1]}'), sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'], "
+            "torch.get_num_threads())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[-2] == f"[{allowed[-1]}] [{allowed[-1]}] 1 1"
+
+
+def test_pin_cpus_names_the_setting_for_a_core_that_is_not_here(capsys):
+    assert pin_cpus("") is None
+    with pytest.raises(typer.Exit):
+        pin_cpus("4000", "trainer.cpu_cores")
+    assert "trainer.cpu_cores = '4000'" in capsys.readouterr().err

@@ -44,6 +44,13 @@ def test_cpu_command_has_what_the_pipeline_needs():
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1" and "VLLM_SERVER_DEV_MODE" not in env
 
 
+def test_cpu_cores_bind_vllms_worker_only_when_given():
+    cfg = _cfg("--policy_server.device", "cpu")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in build_command(cfg.policy_server, cfg.model, "/m")[1]  # vLLM's auto
+    cfg = _cfg("--policy_server.device", "cpu", "--policy_server.cpu_cores", "0")
+    assert build_command(cfg.policy_server, cfg.model, "/m")[1]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+
+
 def test_dev_mode_only_when_the_weight_sync_needs_it():
     cfg = _cfg("--policy_server.device", "cpu", "--policy_server.weight_sync", "merged")
     _, env = build_command(cfg.policy_server, cfg.model, "/m")
