@@ -7,14 +7,14 @@ embedded model about half the groups are flat (grpo-c: 7 of 12 steps had no grad
 trainer's fwd+bwd is the slowest part of a step on 2 cores. Dropping them is DAPO's dynamic sampling.
 
 Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
-This overrides `_score_group`, a private method of TRL 1.15.0 (the only version `cpu_compat` accepts).
+This subclasses TRL 1.15.0's private `_HarnessRolloutLoop` (the only TRL version `cpu_compat` accepts).
 """
 
 from __future__ import annotations
 
 import logging
 
-from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
+from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +25,9 @@ def is_flat(advantages: list[float]) -> bool:
     return all(a == 0.0 for a in advantages)
 
 
-class SignalOnlyRolloutWorker(HarnessRolloutWorker):
-    """Drops every sample of a group whose advantages are all zero; pushes `rollout/flat_group_frac`."""
+class SignalOnlyLoop(_HarnessRolloutLoop):
+    """The loop TRL's spawned child runs; drops every sample of a group whose advantages are all zero and
+    pushes `rollout/flat_group_frac`."""
 
     async def _score_group(self, group):  # noqa: ANN001 - TRL's RolloutGroup
         samples = await super()._score_group(group)
@@ -36,3 +37,10 @@ class SignalOnlyRolloutWorker(HarnessRolloutWorker):
             log.info("dropping flat group %s (%d samples, all advantages 0)", getattr(group, "group_id", "?"), len(samples))
             return []
         return samples
+
+
+class SignalOnlyRolloutWorker(HarnessRolloutWorker):
+    """TRL's worker is a handle in the trainer process; its child builds and runs `_loop_cls`, so that is where
+    the filter goes."""
+
+    _loop_cls = SignalOnlyLoop

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
+from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from fathom.rollout_worker.flat import SignalOnlyRolloutWorker, is_flat
+from fathom.rollout_worker.flat import SignalOnlyLoop, SignalOnlyRolloutWorker, is_flat
 
 
 def _score(monkeypatch, advantages: list[float]) -> tuple[list, list]:
@@ -16,8 +16,8 @@ def _score(monkeypatch, advantages: list[float]) -> tuple[list, list]:
     async def parent_score(self, group):
         return samples
 
-    monkeypatch.setattr(HarnessRolloutWorker, "_score_group", parent_score, raising=False)
-    worker = object.__new__(SignalOnlyRolloutWorker)  # no child process: only the override runs
+    monkeypatch.setattr(_HarnessRolloutLoop, "_score_group", parent_score)
+    worker = object.__new__(SignalOnlyLoop)  # no child process: only the override runs
     pushed: list[dict] = []
     worker._push_metrics = pushed.append
     kept = asyncio.run(worker._score_group(SimpleNamespace(group_id=7)))
@@ -42,3 +42,9 @@ def test_is_flat():
     assert is_flat([])
     assert not is_flat([0.0, 1e-6])
 
+
+
+def test_the_spawned_child_runs_the_filtering_loop():
+    # TRL's worker is a handle; its child process builds `_loop_cls`.
+    assert SignalOnlyRolloutWorker._loop_cls is SignalOnlyLoop
+    assert issubclass(SignalOnlyRolloutWorker, HarnessRolloutWorker)
