@@ -15,7 +15,7 @@ CHARTS: dict[str, list[str]] = {
     "mismatch": ["mismatch/abs_ratio_minus_1"],
     "completion_length": ["completions/mean_length"],
     "subcalls": ["episode/subcalls_mean", "episode/turns_mean"],
-    "sync_time": ["perf/weight_sync_s"],
+    "sync_time": ["perf/weight_sync_s", "perf/weight_sync_write_s", "perf/weight_sync_reload_s"],
 }
 
 

@@ -109,6 +109,12 @@ class MergedSync:
             self._record(version=version)
         self.sync_seconds.append(time.monotonic() - self._t0)
 
+    def _metric(self, key: str, value: float) -> None:
+        """Into the bound trainer's next log line (TRL's `_metrics` window), beside its own perf/weight_sync_*."""
+        metrics = getattr(self.trainer, "_metrics", None)
+        if metrics is not None:
+            metrics["train"][key].append(value)
+
     def _record(self, **changes: Any) -> None:
         """Write `state_path` whole, then rename: a supervisor never reads half of it."""
         self.state.update(changes)
@@ -142,14 +148,18 @@ class DiskMergedSync(MergedSync):
         tmp.mkdir()
         # No copies: save_file has written every byte before it returns, and only then does the trainer unmerge
         # the adapter from these very tensors. A clone of the 540 MB model cost 0.3-5 s of the sync on 2 cores.
+        t0 = time.monotonic()
         tensors = {name: t.detach().to("cpu").contiguous() for name, t in iterator}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         os.rename(tmp, final)
         # Recorded before the reload: if vLLM dies mid-sync, its restart loads these newest weights, which the
         # version reported by resume() will name.
         self._record(weights_path=str(final))
+        t1 = time.monotonic()
         self._post(f"{self.vllm_url}/collective_rpc",
                    json={"method": "reload_weights", "kwargs": {"weights_path": str(final)}, "timeout": self.timeout_s})
+        self._metric("perf/weight_sync_write_s", t1 - t0)
+        self._metric("perf/weight_sync_reload_s", time.monotonic() - t1)
         self._prune(final)
 
     def _prune(self, current: Path) -> None:

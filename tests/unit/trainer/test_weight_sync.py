@@ -82,6 +82,18 @@ def test_written_weights_survive_the_unmerge(tmp_path):
     saved = load_file(fake.calls[1][1]["kwargs"]["weights_path"] + "/model.safetensors")
     assert torch.equal(saved["model.layers.0.mlp.up_proj.weight"], torch.ones(3, 2))
 
+
+def test_write_and_reload_times_go_to_the_trainers_log_window(tmp_path):
+    from collections import defaultdict
+
+    fake = FakeServers()
+    sync = make(tmp_path, fake)
+    sync.trainer._metrics = {"train": defaultdict(list)}
+    one_sync(sync, {"w": torch.zeros(2)})
+    got = sync.trainer._metrics["train"]
+    assert len(got["perf/weight_sync_write_s"]) == 1 and len(got["perf/weight_sync_reload_s"]) == 1
+    assert all(v >= 0 for v in got["perf/weight_sync_write_s"] + got["perf/weight_sync_reload_s"])
+
 def test_old_directories_are_pruned_and_versions_count_on(tmp_path):
     fake = FakeServers()
     sync = make(tmp_path, fake)
