@@ -14,6 +14,11 @@ class EvalConfig(FathomModel):
     n_tasks: int | None = Field(None, gt=0)
     """Evaluate only the split's first N tasks (families round-robin, so every family stays in); None = all."""
 
+    base_n_tasks: int | None = Field(None, gt=0)
+    """`fathom eval stages` scores the `base` stage on only the first N of those tasks (None = all). The untrained
+    model runs every episode to the turn limit, so it is the slowest stage by far; its paired delta is then over
+    those N tasks."""
+
     watch_tasks: int = Field(100, gt=0)
     """Fixed subset size (the split's first N tasks) each checkpoint is scored on by `fathom eval watch`."""
 

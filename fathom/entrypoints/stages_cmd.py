@@ -29,6 +29,11 @@ def parse_stages(specs: list[str]) -> list[tuple[str, str | None]]:
     return out
 
 
+def stage_tasks(ids: list[str], adapter: str | None, base_n_tasks: int | None) -> list[str]:
+    """The tasks one stage is scored on: all of them, or the first `base_n_tasks` for the base model."""
+    return ids[:base_n_tasks] if adapter is None and base_n_tasks else ids
+
+
 def summarize_stages(per_stage: dict[str, dict[str, bool]], results: dict[str, dict], *, boot: dict,
                      beyond_fraction: float, wall_s: float) -> dict:
     """pass@1 of each stage and the paired difference of each stage against the one before it and the first."""
@@ -83,6 +88,7 @@ def stages(
     per_stage: dict[str, dict[str, bool]] = {}
     summaries: dict[str, dict] = {}
     for label, adapter in plan:
+        stage_ids = stage_tasks(ids, adapter, cfg.eval.base_n_tasks)
         try:
             if reload:
                 # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
@@ -92,11 +98,12 @@ def stages(
                     if old.name != label:
                         shutil.rmtree(old, ignore_errors=True)
                 typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
-                results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]), model=name)
+                results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
+                                      model=name)
                 summary = results["models"][name]
             else:
                 adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []
-                results, _ = run_eval(cfg, ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
+                results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
                                       adapters=adapters, base=not adapter)
                 summary = results["models"]["base" if not adapter else label]
         except (EvalError, PolicyClientError, AdapterError, WeightSyncError, OSError) as e:

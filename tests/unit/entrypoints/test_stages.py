@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 import pytest
 
-from fathom.entrypoints.stages_cmd import parse_stages, summarize_stages
+from fathom.entrypoints.stages_cmd import parse_stages, stage_tasks, summarize_stages
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -62,3 +62,14 @@ def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> 
                    "beyond_window_fraction": True, "heldout_tasks": True}
     with pytest.raises(FileNotFoundError, match="make demo"):
         _learning().evaluate(tmp_path / "nothing")
+
+
+def test_the_base_stage_can_run_on_a_prefix_and_pairs_over_it() -> None:
+    ids = [f"t{i}" for i in range(10)]
+    assert stage_tasks(ids, None, 4) == ids[:4]
+    assert stage_tasks(ids, "runs/x/sft/adapter", 4) == ids
+    assert stage_tasks(ids, None, None) == ids
+    per = {"base": {t: False for t in ids[:4]}, "sft": {t: t in ("t0", "t1", "t5") for t in ids}}
+    out = summarize_stages(per, {k: _summary(v) for k, v in per.items()}, boot={"n": 200, "seed": 0},
+                           beyond_fraction=0.5, wall_s=1)
+    assert out["paired"]["sft-base"]["n"] == 4 and out["paired"]["sft-base"]["delta"] == 0.5
