@@ -67,7 +67,7 @@ class PolicyServerConfig(FathomModel):
     @field_validator("cpu_cores", mode="before")
     @classmethod
     def _cpu_cores(cls, v: object) -> object:
-        if isinstance(v, int) and not isinstance(v, bool):  # `--trainer.cpu_cores 1` parses as TOML: an int
+        if isinstance(v, int) and not isinstance(v, bool):  # `--policy_server.cpu_cores 0` parses as TOML: an int
             v = str(v)
         if isinstance(v, str) and v not in ("auto", "nobind"):
             parse_cpu_list(v)
