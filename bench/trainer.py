@@ -106,16 +106,13 @@ class RolloutLoad:
         self.url, self.model, self.max_tokens = url, model, max_tokens
         self.stop_event = threading.Event()
         self.threads = [threading.Thread(target=self._loop, daemon=True) for _ in range(concurrency)]
-        self.tokens = 0
 
     def _loop(self) -> None:
         body = {"model": self.model, "prompt": "Write a Python function that counts words in a text.\n",
                 "max_tokens": self.max_tokens, "temperature": 1.0, "ignore_eos": True}
         with httpx.Client(timeout=600) as http:
             while not self.stop_event.is_set():
-                r = http.post(f"{self.url}/v1/completions", json=body)
-                r.raise_for_status()
-                self.tokens += r.json()["usage"]["completion_tokens"]
+                http.post(f"{self.url}/v1/completions", json=body).raise_for_status()
 
     def __enter__(self) -> "RolloutLoad":
         for t in self.threads:
@@ -206,7 +203,7 @@ def main() -> None:
             t = cfg.trainer
             lora = LoraConfig(r=t.lora.rank, lora_alpha=t.lora.alpha, target_modules=list(t.lora.target_modules),
                               task_type="CAUSAL_LM")
-            inflight = t.num_generations * max(1, t.max_staleness)  # TRL's default, as build_trainer sets it
+            inflight = run.trainer.args.max_inflight_tasks  # what the async run kept in flight
             with RolloutLoad(eps.vllm_url, cfg.policy_server.served_model_name, inflight, a.max_tokens):
                 loaded = plain_fwd_bwd(model_path, lengths, lora, False)
             out["plain_fwd_bwd_tok_s"] = {"fp32": round(plain_fwd_bwd(model_path, lengths, lora, False), 1),

@@ -14,6 +14,7 @@ from pydantic import SecretStr, ValidationError, model_validator
 
 from fathom.config.base import ConfigError, FathomModel, apply_overrides, fathom_home, read_toml
 from fathom.config.capture_proxy import CaptureProxyConfig
+from fathom.config.cpus import parse_cpu_list
 from fathom.config.env_server import EnvServerConfig
 from fathom.config.eval import EvalConfig
 from fathom.config.launch import LaunchConfig
@@ -108,8 +109,6 @@ class FathomConfig(FathomModel):
                 "raise policy_server.max_loras or lower trainer.max_staleness"
             )
         if self.trainer.cpu_cores and ps.cpu_cores not in ("auto", "nobind"):
-            from fathom.config.cpus import parse_cpu_list
-
             both = sorted(set(parse_cpu_list(self.trainer.cpu_cores)) & set(parse_cpu_list(ps.cpu_cores)))
             if both:
                 raise ValueError(

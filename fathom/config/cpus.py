@@ -20,3 +20,13 @@ def parse_cpu_list(spec: str) -> list[int]:
             raise ValueError(f"CPU list {spec!r}: range {part!r} runs backwards; write it low-high")
         out.extend(range(a, b + 1))
     return sorted(set(out))
+
+
+def checked_cpu_spec(v: object, keywords: tuple[str, ...] = ()) -> object:
+    """A config field's value, checked before pydantic types it: an int (`--trainer.cpu_cores 1` parses as TOML)
+    becomes its string; any other string than `keywords` must parse as a CPU list."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)
+    if isinstance(v, str) and v not in keywords:
+        parse_cpu_list(v)
+    return v

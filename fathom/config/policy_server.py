@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from fathom.config.base import FathomModel
-from fathom.config.cpus import parse_cpu_list
+from fathom.config.cpus import checked_cpu_spec
 
 
 class PolicyServerConfig(FathomModel):
@@ -67,8 +67,4 @@ class PolicyServerConfig(FathomModel):
     @field_validator("cpu_cores", mode="before")
     @classmethod
     def _cpu_cores(cls, v: object) -> object:
-        if isinstance(v, int) and not isinstance(v, bool):  # `--policy_server.cpu_cores 0` parses as TOML: an int
-            v = str(v)
-        if isinstance(v, str) and v not in ("auto", "nobind"):
-            parse_cpu_list(v)
-        return v
+        return checked_cpu_spec(v, ("auto", "nobind"))

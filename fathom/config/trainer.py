@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from fathom.config.base import FathomModel
-from fathom.config.cpus import parse_cpu_list
+from fathom.config.cpus import checked_cpu_spec
 
 
 class LoraConfig(FathomModel):
@@ -125,8 +125,4 @@ class TrainerConfig(FathomModel):
     @field_validator("cpu_cores", mode="before")
     @classmethod
     def _cpu_cores(cls, v: object) -> object:
-        if isinstance(v, int) and not isinstance(v, bool):  # `--trainer.cpu_cores 1` parses as TOML: an int
-            v = str(v)
-        if isinstance(v, str) and v:
-            parse_cpu_list(v)
-        return v
+        return checked_cpu_spec(v, ("",))  # empty: not pinned

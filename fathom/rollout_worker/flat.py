@@ -34,7 +34,7 @@ class SignalOnlyLoop(_HarnessRolloutLoop):
         flat = is_flat([s.advantage for s in samples])
         self._push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0)})
         if flat:
-            log.info("dropping flat group %s (%d samples, all advantages 0)", getattr(group, "group_id", "?"), len(samples))
+            log.info("dropping flat group %s (%d samples, all advantages 0)", group.group_id, len(samples))
             return []
         return samples
 

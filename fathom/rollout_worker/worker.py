@@ -19,16 +19,17 @@ def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids
     Everything handed over is picklable (partials, plain classes, paths): the worker spawns its child.
     `drop_flat_groups` uses the subclass that never queues groups whose advantages are all zero (`flat.py`).
     """
+    from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
+
+    worker_cls = HarnessRolloutWorker
     if drop_flat_groups:
-        from fathom.rollout_worker.flat import SignalOnlyRolloutWorker as HarnessRolloutWorker
-    else:
-        from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
+        from fathom.rollout_worker.flat import SignalOnlyRolloutWorker as worker_cls
 
     log = RolloutLog(rollouts_path)
     factory = functools.partial(FathomSessionFactory, proxy_url=proxy_url, env_url=env_url, max_tokens=max_tokens,
                                 max_turns=max_turns, timeout_s=episode_timeout_s, metadata=metadata or {},
                                 on_failure=log.failure)
-    return HarnessRolloutWorker(
+    return worker_cls(
         model_name=model_name,
         dataset=dataset,
         reward_funcs=[],

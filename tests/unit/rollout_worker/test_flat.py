@@ -43,7 +43,6 @@ def test_is_flat():
     assert not is_flat([0.0, 1e-6])
 
 
-
 def test_the_spawned_child_runs_the_filtering_loop():
     # TRL's worker is a handle; its child process builds `_loop_cls`.
     assert SignalOnlyRolloutWorker._loop_cls is SignalOnlyLoop

@@ -71,7 +71,6 @@ def test_sync_order_reload_path_and_version_report(tmp_path):
     assert not list((tmp_path / "merged").glob(".*"))  # no staging left
 
 
-
 def test_written_weights_survive_the_unmerge(tmp_path):
     # The sync hands the trainer's own tensors to save_file (no copy); TRL unmerges them in place right after.
     fake = FakeServers()
