@@ -70,6 +70,12 @@ class TrainerConfig(FathomModel):
     keeps it: with it on (grpo-g, docs/main_job.md) a family whose groups were never right contributed nothing,
     and held-out code_qa fell from 5/20 to 0/20 while kv_chain rose."""
 
+    balance_lengths: bool = False
+    """Give every episode of a group the same total weight in the loss: its advantage is scaled by the group's mean
+    trained tokens over its own (`rollout_worker/groups.py`). TRL's loss is a mean over all trained tokens, so a
+    wrong episode that runs three turns pushes the shared program template down three times harder than a right
+    one-turn episode pushes it up. Off reproduces TRL."""
+
     cpu_cores: str = ""
     """Cores the trainer process may run on, like `1` or `2-7` (empty: all, torch's default threads). Its torch
     threads are set to their count. On a CPU machine give it the cores vLLM's worker does not use

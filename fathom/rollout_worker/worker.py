@@ -13,23 +13,22 @@ from fathom.rollout_worker.session import FathomSessionFactory
 def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids: list[int], proxy_url: str,
                  env_url: str | list[str], vllm_url: str, num_generations: int, max_inflight: int, max_tokens: int,
                  max_turns: int, temperature: float, episode_timeout_s: float, rollouts_path: str | Path,
-                 metadata: dict[str, Any] | None = None, drop_flat_groups: bool = False) -> Any:
+                 metadata: dict[str, Any] | None = None, drop_flat_groups: bool = False,
+                 balance_lengths: bool = False) -> Any:
     """A HarnessRolloutWorker whose child process runs whole episodes on the env server.
 
     Everything handed over is picklable (partials, plain classes, paths): the worker spawns its child.
-    `drop_flat_groups` uses the subclass that never queues groups whose advantages are all zero (`flat.py`).
+    `drop_flat_groups` and `balance_lengths` are the group switches of `groups.py`; both off is TRL's behaviour.
     """
-    from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker
-
-    worker_cls = HarnessRolloutWorker
-    if drop_flat_groups:
-        from fathom.rollout_worker.flat import SignalOnlyRolloutWorker as worker_cls
+    from fathom.rollout_worker.groups import FathomRolloutWorker
 
     log = RolloutLog(rollouts_path)
     factory = functools.partial(FathomSessionFactory, proxy_url=proxy_url, env_url=env_url, max_tokens=max_tokens,
                                 max_turns=max_turns, timeout_s=episode_timeout_s, metadata=metadata or {},
                                 on_failure=log.failure)
-    return worker_cls(
+    return FathomRolloutWorker(
+        drop_flat_groups=drop_flat_groups,
+        balance_lengths=balance_lengths,
         model_name=model_name,
         dataset=dataset,
         reward_funcs=[],

@@ -119,7 +119,8 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         proxy_url=endpoints.proxy_url, env_url=endpoints.env_url, vllm_url=endpoints.vllm_url,
         num_generations=t.num_generations, max_inflight=args.max_inflight_tasks, max_tokens=t.max_completion_tokens,
         max_turns=cfg.env_server.max_turns, temperature=t.temperature, episode_timeout_s=t.episode_timeout_s,
-        rollouts_path=rollouts_path, metadata={"run": cfg.run_name}, drop_flat_groups=t.drop_flat_groups)
+        rollouts_path=rollouts_path, metadata={"run": cfg.run_name}, drop_flat_groups=t.drop_flat_groups,
+        balance_lengths=t.balance_lengths)
 
     transfer: Any = None
     if ps.weight_sync == "merged":

@@ -1,0 +1,85 @@
+"""What TRL's rollout child does with a scored group before the trainer sees it: two optional changes.
+
+- `drop_flat_groups`: a group whose rewards are all equal (all right, all wrong, or all unscorable) gets
+  advantage 0 on every sample. TRL still queues those samples: the trainer spends a full forward and backward on
+  them, and they count in the loss's token normaliser, which shrinks the step of the groups that do carry
+  signal. Dropping them is DAPO's dynamic sampling. `rollout/flat_group_frac` counts them.
+- `balance_lengths`: TRL's loss sums advantage x ratio over every trained token and divides by the batch's token
+  count, so an episode weighs in proportion to its length. On the embedded model a wrong episode runs to the turn
+  limit (three programs of up to 400 tokens, often the same one repeated) while a right one stops after one, so in
+  a group with one right answer of four the wrong episodes push the shared program template down about three
+  times harder than the right one pushes it up. Scaling each episode's advantage by (the group's mean trained
+  tokens / its own) gives every episode the same total weight, as sequence-mean GRPO does, and keeps the loss's
+  overall scale. `rollout/length_balance_max_scale` logs the largest factor applied in a group.
+
+Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
+This subclasses TRL 1.15.0's private `_HarnessRolloutLoop` (the only TRL version `cpu_compat` accepts); TRL
+forwards the worker's constructor keywords to the loop, which is how the two switches reach the child.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
+
+log = logging.getLogger(__name__)
+
+
+def is_flat(advantages: list[float]) -> bool:
+    """True when no sample of a group has a non-zero advantage (TRL normalises by std + 1e-8, so equal
+    rewards give exactly 0)."""
+    return all(a == 0.0 for a in advantages)
+
+
+def length_balance(samples: Sequence[Any]) -> float:
+    """Scale each episode's advantage in place by mean(trained tokens per episode) / its own trained tokens.
+
+    An episode is a conversation: TRL gives every training row of one conversation the same `completion` object,
+    so rows are grouped by it and a forked conversation counts its rows' tokens together. Episodes with no trained
+    token are left alone. Returns the largest factor applied (1.0 when nothing changed)."""
+    tokens: dict[int, int] = {}
+    for s in samples:
+        tokens[id(s.completion)] = tokens.get(id(s.completion), 0) + sum(s.completion_mask)
+    counted = [n for n in tokens.values() if n > 0]
+    if len(counted) < 2:
+        return 1.0
+    mean = sum(counted) / len(counted)
+    largest = 1.0
+    for s in samples:
+        n = tokens[id(s.completion)]
+        if n > 0:
+            factor = mean / n
+            s.advantage *= factor
+            largest = max(largest, factor)
+    return largest
+
+
+class FathomRolloutLoop(_HarnessRolloutLoop):
+    """The loop TRL's spawned child runs, with the two group switches of the module docstring (both off: TRL's own
+    behaviour)."""
+
+    def __init__(self, *, drop_flat_groups: bool = False, balance_lengths: bool = False, **loop_kwargs: Any):
+        self.drop_flat_groups = drop_flat_groups
+        self.balance_lengths = balance_lengths
+        super().__init__(**loop_kwargs)
+
+    async def _score_group(self, group):  # noqa: ANN001 - TRL's RolloutGroup
+        samples = await super()._score_group(group)
+        flat = is_flat([s.advantage for s in samples])
+        self._push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0)})
+        if flat and self.drop_flat_groups:
+            log.info("dropping flat group %s (%d samples, all advantages 0)", group.group_id, len(samples))
+            return []
+        if self.balance_lengths and not flat:
+            self._push_metrics({"rollout/length_balance_max_scale": length_balance(samples)})
+        return samples
+
+
+class FathomRolloutWorker(HarnessRolloutWorker):
+    """TRL's worker is a handle in the trainer process; its child builds and runs `_loop_cls` with the worker's
+    keywords, so that is where the group switches go."""
+
+    _loop_cls = FathomRolloutLoop

@@ -1,0 +1,108 @@
+"""The rollout child's group switches: flat groups dropped or kept whole; episode lengths balanced in the loss."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
+
+from fathom.rollout_worker.groups import FathomRolloutLoop, FathomRolloutWorker, is_flat, length_balance
+
+
+def _row(advantage: float, completion: object, trained: int, untrained: int = 5) -> SimpleNamespace:
+    return SimpleNamespace(advantage=advantage, completion=completion, completion_mask=[0] * untrained + [1] * trained)
+
+
+def _score(monkeypatch, samples: list, **switches) -> tuple[list, list]:
+    async def parent_score(self, group):
+        return samples
+
+    monkeypatch.setattr(_HarnessRolloutLoop, "_score_group", parent_score)
+    loop = object.__new__(FathomRolloutLoop)  # no child process: only the override runs
+    loop.drop_flat_groups = switches.get("drop_flat_groups", False)
+    loop.balance_lengths = switches.get("balance_lengths", False)
+    pushed: list[dict] = []
+    loop._push_metrics = pushed.append
+    kept = asyncio.run(loop._score_group(SimpleNamespace(group_id=7)))
+    return kept, pushed
+
+
+def _group(advantages: list[float], trained: list[int]) -> list:
+    return [_row(a, object(), n) for a, n in zip(advantages, trained, strict=True)]
+
+
+def test_flat_group_is_dropped_and_counted(monkeypatch):
+    kept, pushed = _score(monkeypatch, _group([0.0] * 4, [10] * 4), drop_flat_groups=True)
+    assert kept == []
+    assert pushed == [{"rollout/flat_group_frac": (1.0, 1.0)}]
+
+
+def test_flat_group_is_kept_when_the_switch_is_off(monkeypatch):
+    samples = _group([0.0] * 4, [10] * 4)
+    kept, pushed = _score(monkeypatch, samples)
+    assert kept == samples
+    assert pushed == [{"rollout/flat_group_frac": (1.0, 1.0)}]
+
+
+def test_group_with_signal_is_kept_whole(monkeypatch):
+    # one right of four: TRL's normalised advantages; the zero-advantage case inside a group stays
+    kept, pushed = _score(monkeypatch, _group([1.732, -0.577, -0.577, -0.577], [10] * 4), drop_flat_groups=True)
+    assert [s.advantage for s in kept] == [1.732, -0.577, -0.577, -0.577]
+    assert pushed == [{"rollout/flat_group_frac": (0.0, 1.0)}]
+
+
+def test_is_flat():
+    assert is_flat([0.0, 0.0])
+    assert is_flat([])
+    assert not is_flat([0.0, 1e-6])
+
+
+def test_balanced_group_pushes_up_as_hard_as_down(monkeypatch):
+    # the measured shape: one right episode of 300 trained tokens, three wrong ones that ran to the turn limit
+    lengths = [300, 900, 900, 900]
+    right, wrong = 3**0.5, -(3**-0.5)  # TRL's advantages for rewards [0.7, 0, 0, 0]
+    samples = _group([right, wrong, wrong, wrong], lengths)
+    token_push = sum(s.advantage * n for s, n in zip(samples, lengths, strict=True))
+    assert token_push < -1000  # TRL's token sum: the wrong episodes dominate
+
+    kept, pushed = _score(monkeypatch, samples, balance_lengths=True)
+    token_push = sum(s.advantage * n for s, n in zip(kept, lengths, strict=True))
+    assert token_push == pytest.approx(0.0, abs=1e-6)  # advantages summed to 0, so the balanced token sum does too
+    assert kept[0].advantage == pytest.approx(right * 750 / 300)
+    assert kept[1].advantage == pytest.approx(wrong * 750 / 900)
+    assert pushed[-1] == {"rollout/length_balance_max_scale": pytest.approx(2.5)}
+
+
+def test_balance_is_off_by_default_and_skips_flat_groups(monkeypatch):
+    kept, _ = _score(monkeypatch, _group([1.732, -0.577, -0.577, -0.577], [300, 900, 900, 900]))
+    assert [s.advantage for s in kept] == [1.732, -0.577, -0.577, -0.577]
+    kept, pushed = _score(monkeypatch, _group([0.0] * 4, [300, 900, 900, 900]), balance_lengths=True)
+    assert [s.advantage for s in kept] == [0.0] * 4
+    assert len(pushed) == 1  # only the flat count
+
+
+def test_forked_conversation_counts_its_rows_together():
+    right, wrong = object(), object()
+    # the wrong episode forked into two rows of 400 and 500 trained tokens: one episode of 900
+    rows = [_row(1.0, right, 300), _row(-1.0, wrong, 400), _row(-1.0, wrong, 500)]
+    assert length_balance(rows) == pytest.approx(2.0)  # mean 600 over 300
+    assert [r.advantage for r in rows] == pytest.approx([2.0, -600 / 900, -600 / 900])
+
+
+def test_episode_without_trained_tokens_is_left_alone():
+    rows = [_row(1.0, object(), 300), _row(-1.0, object(), 0), _row(-1.0, object(), 600)]
+    length_balance(rows)
+    assert [r.advantage for r in rows] == pytest.approx([1.5, -1.0, -0.75])
+    assert length_balance([_row(1.0, object(), 300)]) == 1.0
+
+
+def test_the_spawned_child_runs_our_loop_with_the_switches():
+    # TRL's worker is a handle; its child builds `_loop_cls` with the worker's keywords.
+    assert FathomRolloutWorker._loop_cls is FathomRolloutLoop
+    assert issubclass(FathomRolloutWorker, HarnessRolloutWorker)
+    loop = object.__new__(FathomRolloutLoop)
+    with pytest.raises(TypeError):  # switches are consumed before TRL's constructor sees the rest
+        FathomRolloutLoop.__init__(loop, drop_flat_groups=True, balance_lengths=True, not_a_trl_keyword=1)
+    assert loop.drop_flat_groups and loop.balance_lengths
