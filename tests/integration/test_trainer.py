@@ -30,6 +30,7 @@ def train_config(model_dir: Path, stack, run_dir: Path, **over: object):
             "--trainer.max_completion_tokens", "32", "--trainer.token_budget", "2048",
             "--trainer.learning_rate", "1e-3", "--trainer.save_steps", "1", "--trainer.watchdog_s", "900",
             "--trainer.lora.rank", "8", "--trainer.lora.alpha", "16", "--trainer.episode_timeout_s", "300",
+            "--trainer.balance_lengths", "true",
             "--output_dir", str(run_dir.parent), "--run_name", run_dir.name]
     for k, v in over.items():
         args += [f"--{k}", str(v)]
@@ -148,6 +149,8 @@ def test_reward_components_and_metrics_logged(trained):
     rows = [row for row in _metrics(run) if "kl" in row]  # step rows; the last line is the run summary
     assert len(rows) == 2 and all("reward/token_budget" in row for row in rows)
     assert all(k in row for row in rows for k in ("loss", "entropy", "perf/weight_sync_s", "rollout/fork_frac"))
+    # our loop ran in TRL's spawned child, with the switches it was given
+    assert any("rollout/flat_group_frac" in row for row in rows)
     assert any("episode/turns_mean" in row and "episode/subcalls_mean" in row for row in rows)
 
 
