@@ -53,6 +53,8 @@ def eos_ids(model_path: str, tokenizer: Any) -> list[int]:
 def grpo_args(cfg: FathomConfig, run_dir: Path, vllm_url: str, *, cuda: bool) -> Any:
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
+    from fathom.trainer import cpu_compat
+
     t = cfg.trainer
     return AsyncGRPOConfig(
         output_dir=str(run_dir),
@@ -69,7 +71,7 @@ def grpo_args(cfg: FathomConfig, run_dir: Path, vllm_url: str, *, cuda: bool) ->
         gradient_accumulation_steps=t.gradient_accumulation_steps,
         per_device_train_batch_size=t.num_generations,
         gradient_checkpointing=t.gradient_checkpointing,
-        bf16=t.autocast_bf16,
+        bf16=cpu_compat.use_bf16(t.autocast_bf16, "trainer.autocast_bf16"),
         dtype=cfg.model.dtype,
         max_inflight_tasks=t.max_inflight_rollouts if t.max_inflight_rollouts > 0
         else t.num_generations * max(1, t.max_staleness),

@@ -34,6 +34,32 @@ class TrlVersionError(RuntimeError):
     """The installed TRL is not the version whose internals this trainer patches and drives."""
 
 
+def native_bf16() -> bool:
+    """True when bf16 matmuls have hardware behind them: a CUDA device, or a CPU whose oneDNN has a bf16 path
+    (AVX512-BF16 or AMX). Without it torch falls back to a scalar, single-threaded bf16 GEMM: measured on a 2-core
+    AVX2 machine (AMD EPYC), LoRA fwd+bwd of the embedded model ran at 4.3 tok/s under bf16 autocast against
+    105 tok/s in fp32."""
+    if torch.cuda.is_available():
+        return True
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def use_bf16(setting: bool | str, name: str) -> bool:
+    """Resolve a bf16 setting (`true`, `false` or `"auto"`): auto is bf16 where `native_bf16()`. An explicit true
+    on a CPU without native bf16 is honoured but warned about, naming the setting."""
+    if setting == "auto":
+        return native_bf16()
+    if setting and not native_bf16():
+        import warnings
+
+        warnings.warn(f"{name} = true, but this CPU has no native bf16 matmul (no AVX512-BF16 or AMX): bf16 autocast "
+                      f"runs about 25x slower than fp32 here. Set {name} = \"auto\" or false.", stacklevel=2)
+    return bool(setting)
+
+
 def check_trl_version() -> None:
     import trl
 

@@ -85,7 +85,7 @@ def train_sft(
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        bf16=sft.bf16,
+        bf16=cpu_compat.use_bf16(sft.bf16, "sft.bf16"),
         use_cpu=not torch.cuda.is_available(),
         max_length=None,  # rows longer than sft.max_length were dropped, never cut
         packing=False,

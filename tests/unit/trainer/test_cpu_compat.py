@@ -65,3 +65,32 @@ def test_apply_patches_trl_for_cpu():
 
     assert u._ChunkedLogProbFunction is TorchChunkedLogProb
     assert agt.get_peak_flops_per_device(None, "bfloat16") == cpu_compat.CPU_PEAK_FLOPS["bfloat16"]
+
+
+def _no_native_bf16(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+
+
+def test_bf16_auto_follows_the_hardware(monkeypatch):
+    _no_native_bf16(monkeypatch)
+    assert cpu_compat.native_bf16() is False
+    assert cpu_compat.use_bf16("auto", "sft.bf16") is False
+    assert cpu_compat.use_bf16(False, "sft.bf16") is False
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert cpu_compat.use_bf16("auto", "sft.bf16") is True
+
+
+def test_forced_bf16_without_native_support_warns_naming_the_setting(monkeypatch):
+    _no_native_bf16(monkeypatch)
+    with pytest.warns(UserWarning, match=r"trainer\.autocast_bf16 = true.*no native bf16"):
+        assert cpu_compat.use_bf16(True, "trainer.autocast_bf16") is True
+
+
+def test_sft_bf16_setting_takes_auto_and_booleans():
+    from fathom.config import load_config
+
+    assert load_config(None, []).sft.bf16 == "auto"
+    assert load_config(None, ["--sft.bf16", "false"]).sft.bf16 is False
+    with pytest.raises(Exception, match="bf16"):
+        load_config(None, ["--sft.bf16", "sometimes"])
