@@ -54,7 +54,8 @@ def hf_logprobs(model) -> list[float]:
 def servers(tiny_model_dir, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
     model_dir = eos_boosted_tiny(tiny_model_dir, tmp / "tiny-eos")
-    with own_vllm(model_dir, tmp / "vllm-log") as vllm_url, merged_stack(tmp, vllm_url, "fathom-base") as stack:
+    with own_vllm(model_dir, tmp / "vllm-log") as vllm_url, merged_stack(tmp, vllm_url, "fathom-base",
+                                                                               tokenizer=model_dir) as stack:
         yield model_dir, stack, tmp
 
 

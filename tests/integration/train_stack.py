@@ -66,8 +66,10 @@ def own_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
 
 
 @contextmanager
-def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, max_turns: int = 2,
+def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, tokenizer: Path, max_turns: int = 2,
                  token_budget_scale: float = 0.2) -> Iterator[TrainStack]:
+    """`tokenizer`: the served model's directory; the env server renders prompts with it (without it, it would
+    look for the embedded model, which only `fathom model prepare` puts in the cache)."""
     pport, eport = free_port(), free_port()
     proxy_url, env_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{eport}"
     cfg = tmp / "stack.toml"
@@ -75,6 +77,7 @@ def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, max_turns: int 
         f'[policy_server]\nserved_model_name = "{served_model}"\nweight_sync = "merged"\n\n'
         f'[capture_proxy]\nport = {pport}\nupstream_url = "{vllm_url}"\n\n'
         f'[env_server]\nport = {eport}\nproxy_url = "{proxy_url}"\nmax_turns = {max_turns}\n'
+        f'tokenizer = "{tokenizer}"\n'
         f'sub_rlm_max_turns = {max_turns}\n\n'
         f'[tasks.reward]\ntoken_budget_scale = {token_budget_scale}\n'
     )
