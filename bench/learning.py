@@ -3,7 +3,7 @@
     python bench/learning.py [RUN_DIR]      # default: runs/smoke, the last `make demo`
 
 Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same
-held-out tasks, paired bootstrap deltas) and `launch.json` (the job's wall time). Nothing is re-run.
+held-out tasks, paired bootstrap deltas) and `launch.json` (the job's wall time and each step's). Nothing is re-run.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def evaluate(run_dir: Path) -> dict:
     paired = s["paired"]
     sft_base = paired.get("sft-base", {})
     grpo_sft = paired.get("grpo-sft", {})
-    wall_s = json.loads(launch_path.read_text())["wall_s"] if launch_path.is_file() else None
+    launch = json.loads(launch_path.read_text()) if launch_path.is_file() else {}
+    wall_s = launch.get("wall_s")
     d_sft = sft_base.get("delta")
     ci = grpo_sft.get("ci")
     return {
@@ -38,6 +39,8 @@ def evaluate(run_dir: Path) -> dict:
         "intervals": {k: v["pass@1"]["ci"] for k, v in s["stages"].items()},
         "paired": {k: {"delta": v["delta"], "ci": v["ci"], "n": v["n"]} for k, v in paired.items()},
         "wall_min": None if wall_s is None else round(wall_s / 60, 1),
+        # Where the wall time went: each server's start and each stage, in minutes (runs before it was recorded: {}).
+        "step_min": {k: round(v / 60, 1) for k, v in launch.get("step_s", {}).items()},
         "targets": [
             _target("sft_minus_base_pass1", d_sft, ">= 0.30", d_sft is not None and d_sft >= 0.30),
             _target("grpo_minus_sft_paired_ci_low", None if not ci else ci[0], "> 0 (95% paired bootstrap)",

@@ -120,9 +120,11 @@ def launch(
     restarts = Restarts(limit=lc.max_restarts, window_s=lc.restart_window_s, backoff_s=lc.restart_backoff_s,
                         backoff_max_s=lc.restart_backoff_max_s, start_timeout_s=lc.server_start_timeout_s)
     hooks = hooks_for(cfg, server_urls(cfg))
+    step_s: dict[str, float] = {}  # seconds each server took to become healthy and each stage took to finish
     try:
         with Supervisor(log_dir, restarts=restarts, on_event=lambda line: console.print(f"[yellow]{line}[/]")) as sup:
             for s in steps:
+                t_step = time.monotonic()
                 if s.kind == "server":
                     with console.status(f"starting {s.name} (log: {log_dir / (s.name + '.log')})") as status:
                         sup.serve(s.name, s.argv, s.health_url, lc.server_start_timeout_s,
@@ -134,6 +136,7 @@ def launch(
                     stall = {"heartbeat": cfg.run_dir / "metrics.jsonl",
                              "stall_s": cfg.trainer.watchdog_s + lc.stall_grace_s} if s.name == "grpo" else {}
                     sup.run_stage(s.name, s.argv, **stall)
+                step_s[s.name] = round(time.monotonic() - t_step, 1)
     except LaunchError as e:
         die(f"the main job stopped: {e}", code=1)
     except KeyboardInterrupt:
@@ -147,7 +150,8 @@ def launch(
         except PlotError as e:
             console.print(f"[yellow]no plots[/]: {e}")
     wall = time.monotonic() - t0
-    (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps]}) + "\n")
+    (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps],
+                                                             "step_s": step_s}) + "\n")
     console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}")
     summary = cfg.run_dir / "eval" / "summary.json"
     if summary.is_file():

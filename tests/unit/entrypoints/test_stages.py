@@ -56,8 +56,10 @@ def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> 
                          beyond_fraction=0.8, wall_s=0)
     (tmp_path / "eval").mkdir()
     (tmp_path / "eval" / "summary.json").write_text(json.dumps(s | {"n_tasks": 100, "split": "heldout"}))
-    (tmp_path / "launch.json").write_text(json.dumps({"wall_s": 45 * 60}))
-    met = {t["name"]: t["met"] for t in _learning().evaluate(tmp_path)["targets"]}
+    (tmp_path / "launch.json").write_text(json.dumps({"wall_s": 45 * 60, "step_s": {"policy": 60, "grpo": 1500}}))
+    out = _learning().evaluate(tmp_path)
+    met = {t["name"]: t["met"] for t in out["targets"]}
+    assert out["step_min"] == {"policy": 1.0, "grpo": 25.0}
     assert met == {"sft_minus_base_pass1": True, "grpo_minus_sft_paired_ci_low": False, "demo_wall_min": False,
                    "beyond_window_fraction": True, "heldout_tasks": True}
     with pytest.raises(FileNotFoundError, match="make demo"):
