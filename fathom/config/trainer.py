@@ -58,10 +58,11 @@ class TrainerConfig(FathomModel):
     gradient_checkpointing: bool = False
     """Recompute activations in backward: saves memory for the 1.5B model on GPU, costs ~30% time on CPU."""
 
-    autocast_bf16: bool = False
-    """Run the trainer's matmuls under bf16 autocast (AMX on this CPU). Off in the smoke config: fp32 keeps the
+    autocast_bf16: bool | Literal["auto"] = False
+    """Run the trainer's matmuls under bf16 autocast (weights stay fp32). `auto` turns it on where bf16 matmuls are
+    native (CUDA, or a CPU with AMX or AVX512-BF16; `sft.bf16` resolves the same way). fp32 keeps the
     trainer/sampler mismatch at 9.4e-6 against vLLM fp32, while bf16 autocast moved logprobs by 2.3e-2 (mean
-    |ratio - 1|) for a 3.2x faster fwd+bwd (bench/trainer.py)."""
+    |ratio - 1|) for a 2.6-3.2x faster fwd+bwd (bench/trainer.py)."""
 
     drop_flat_groups: bool = False
     """Never train on a group whose rewards are all equal (every advantage 0): DAPO's dynamic sampling. Such a

@@ -87,6 +87,15 @@ def test_forced_bf16_without_native_support_warns_naming_the_setting(monkeypatch
         assert cpu_compat.use_bf16(True, "trainer.autocast_bf16") is True
 
 
+def test_trainer_autocast_setting_takes_auto_and_booleans():
+    from fathom.config import load_config
+
+    assert load_config(None, []).trainer.autocast_bf16 is False
+    assert load_config(None, ["--trainer.autocast_bf16", "auto"]).trainer.autocast_bf16 == "auto"
+    with pytest.raises(Exception, match="autocast_bf16"):
+        load_config(None, ["--trainer.autocast_bf16", "sometimes"])
+
+
 def test_sft_bf16_setting_takes_auto_and_booleans():
     from fathom.config import load_config
 
