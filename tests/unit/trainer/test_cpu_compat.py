@@ -87,19 +87,15 @@ def test_forced_bf16_without_native_support_warns_naming_the_setting(monkeypatch
         assert cpu_compat.use_bf16(True, "trainer.autocast_bf16") is True
 
 
-def test_trainer_autocast_setting_takes_auto_and_booleans():
+@pytest.mark.parametrize(("section", "field", "default"), [("sft", "bf16", "auto"), ("trainer", "autocast_bf16", False)])
+def test_bf16_settings_take_auto_and_booleans(section, field, default):
     from fathom.config import load_config
 
-    assert load_config(None, []).trainer.autocast_bf16 is False
-    assert load_config(None, ["--trainer.autocast_bf16", "auto"]).trainer.autocast_bf16 == "auto"
-    with pytest.raises(Exception, match="autocast_bf16"):
-        load_config(None, ["--trainer.autocast_bf16", "sometimes"])
+    def value(*overrides):
+        return getattr(getattr(load_config(None, list(overrides)), section), field)
 
-
-def test_sft_bf16_setting_takes_auto_and_booleans():
-    from fathom.config import load_config
-
-    assert load_config(None, []).sft.bf16 == "auto"
-    assert load_config(None, ["--sft.bf16", "false"]).sft.bf16 is False
-    with pytest.raises(Exception, match="bf16"):
-        load_config(None, ["--sft.bf16", "sometimes"])
+    assert value() == default and type(value()) is type(default)
+    assert value(f"--{section}.{field}", "auto") == "auto"
+    assert value(f"--{section}.{field}", "false") is False
+    with pytest.raises(Exception, match=field):
+        value(f"--{section}.{field}", "sometimes")
