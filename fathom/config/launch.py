@@ -18,6 +18,10 @@ class LaunchConfig(FathomModel):
     eval_watch: bool = False
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""
 
+    fence_trainer_cores: bool = True
+    """While GRPO runs, keep every server (vLLM's API process, the proxy, the env server and its sandboxes) off
+    `trainer.cpu_cores`; each thread's own mask comes back for the evaluation. No effect without trainer.cpu_cores."""
+
     server_start_timeout_s: float = Field(600.0, gt=0)
     """How long each server (vLLM, proxy, env server) may take to become healthy."""
 

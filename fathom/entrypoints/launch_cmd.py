@@ -8,6 +8,7 @@ restarted with backoff and gets back what it forgot (`recovery.py`); see docs/re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -84,6 +85,23 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     return steps
 
 
+@contextlib.contextmanager
+def trainer_fence(cfg, stage: str, console=None):
+    """While GRPO runs with `trainer.cpu_cores` set and `launch.fence_trainer_cores` on, the launcher and every
+    server it started stay off the trainer's cores (`cores.py`); otherwise nothing changes."""
+    if stage != "grpo" or not cfg.launch.fence_trainer_cores or not cfg.trainer.cpu_cores:
+        yield
+        return
+    from fathom.config.cpus import parse_cpu_list
+    from fathom.entrypoints.cores import CoreFence
+
+    with CoreFence(parse_cpu_list(cfg.trainer.cpu_cores)) as fence:
+        if console is not None:
+            console.print(f"{len(fence.saved)} server threads kept off the trainer's cores "
+                          f"({cfg.trainer.cpu_cores}) while GRPO trains")
+        yield
+
+
 def launch(
     ctx: typer.Context,
     config: str = typer.Argument(..., help="TOML config, e.g. configs/smoke.toml."),
@@ -135,7 +153,8 @@ def launch(
                     console.rule(f"stage {s.name}")
                     stall = {"heartbeat": cfg.run_dir / "metrics.jsonl",
                              "stall_s": cfg.trainer.watchdog_s + lc.stall_grace_s} if s.name == "grpo" else {}
-                    sup.run_stage(s.name, s.argv, **stall)
+                    with trainer_fence(cfg, s.name, console):
+                        sup.run_stage(s.name, s.argv, **stall)
                 step_s[s.name] = round(time.monotonic() - t_step, 1)
     except LaunchError as e:
         die(f"the main job stopped: {e}", code=1)

@@ -6,6 +6,8 @@ at import time, and heavy modules load inside the commands.
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, pin_cpus
@@ -26,7 +28,10 @@ def train(
     """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
     passive_omp()
     cfg = config_from(ctx, config)
-    pin_cpus(cfg.trainer.cpu_cores)
+    before = os.sched_getaffinity(0)
+    pinned = pin_cpus(cfg.trainer.cpu_cores)
+    # TRL's rollout child goes to the cores the trainer left (empty when it has them all: it stays)
+    rollout_cores = sorted(before - set(pinned)) if pinned else None
     import logging
 
     from fathom.config import write_resolved
@@ -55,7 +60,8 @@ def train(
     try:
         run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
                             task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
-                                                       cfg.trainer.train_families))
+                                                       cfg.trainer.train_families),
+                            rollout_cores=rollout_cores or None)
     except TrlVersionError as e:
         die(str(e))
     try:

@@ -14,12 +14,14 @@
 
 Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
 This subclasses TRL 1.15.0's private `_HarnessRolloutLoop` (the only TRL version `cpu_compat` accepts); TRL
-forwards the worker's constructor keywords to the loop, which is how the two switches reach the child.
+forwards the worker's constructor keywords to the loop, which is how the two switches reach the child
+(and `cpu_cores`, the cores the child runs on, away from the trainer's).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,11 +59,28 @@ def length_balance(samples: Sequence[Any]) -> float:
     return largest
 
 
+def pin_process(cores: list[int]) -> None:
+    """Move every thread of this process onto `cores`. The child is spawned by the trainer and inherits its pinned
+    core; its HTTP, JSON and scoring work would then take turns with the trainer's forward and backward."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except OSError as e:
+            log.warning("rollout child: could not move thread %d to cores %s (%s)", tid, cores, e.strerror)
+
+
 class FathomRolloutLoop(_HarnessRolloutLoop):
     """The loop TRL's spawned child runs, with the two group switches of the module docstring (both off: TRL's own
     behaviour)."""
 
-    def __init__(self, *, drop_flat_groups: bool = False, balance_lengths: bool = False, **loop_kwargs: Any):
+    def __init__(self, *, drop_flat_groups: bool = False, balance_lengths: bool = False,
+                 cpu_cores: list[int] | None = None, **loop_kwargs: Any):
+        if cpu_cores:
+            pin_process(cpu_cores)
         self.drop_flat_groups = drop_flat_groups
         self.balance_lengths = balance_lengths
         super().__init__(**loop_kwargs)

@@ -14,11 +14,12 @@ def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids
                  env_url: str | list[str], vllm_url: str, num_generations: int, max_inflight: int, max_tokens: int,
                  max_turns: int, temperature: float, episode_timeout_s: float, rollouts_path: str | Path,
                  metadata: dict[str, Any] | None = None, drop_flat_groups: bool = False,
-                 balance_lengths: bool = False) -> Any:
+                 balance_lengths: bool = False, cpu_cores: list[int] | None = None) -> Any:
     """A HarnessRolloutWorker whose child process runs whole episodes on the env server.
 
     Everything handed over is picklable (partials, plain classes, paths): the worker spawns its child.
     `drop_flat_groups` and `balance_lengths` are the group switches of `groups.py`; both off is TRL's behaviour.
+    `cpu_cores`: the cores the child moves to (None: it stays on the trainer's).
     """
     from fathom.rollout_worker.groups import FathomRolloutWorker
 
@@ -29,6 +30,7 @@ def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids
     return FathomRolloutWorker(
         drop_flat_groups=drop_flat_groups,
         balance_lengths=balance_lengths,
+        cpu_cores=cpu_cores,
         model_name=model_name,
         dataset=dataset,
         reward_funcs=[],

@@ -90,9 +90,11 @@ def grpo_args(cfg: FathomConfig, run_dir: Path, vllm_url: str, *, cuda: bool) ->
 
 
 def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, task_ids: list[str],
-                  run_dir: str | Path | None = None, progress: bool = True) -> Run:
+                  run_dir: str | Path | None = None, progress: bool = True,
+                  rollout_cores: list[int] | None = None) -> Run:
     """The trainer and its parts for `cfg`; `trainer.train()` (or `run.trainer.train(resume_from_checkpoint=...)`)
-    runs it. Refuses an installed TRL other than 1.15.0; on a machine without CUDA applies the CPU patches."""
+    runs it. Refuses an installed TRL other than 1.15.0; on a machine without CUDA applies the CPU patches.
+    `rollout_cores`: the cores TRL's rollout child moves to (None: it shares the trainer's)."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -122,7 +124,7 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         num_generations=t.num_generations, max_inflight=args.max_inflight_tasks, max_tokens=t.max_completion_tokens,
         max_turns=cfg.env_server.max_turns, temperature=t.temperature, episode_timeout_s=t.episode_timeout_s,
         rollouts_path=rollouts_path, metadata={"run": cfg.run_name}, drop_flat_groups=t.drop_flat_groups,
-        balance_lengths=t.balance_lengths)
+        balance_lengths=t.balance_lengths, cpu_cores=rollout_cores)
 
     transfer: Any = None
     if ps.weight_sync == "merged":
