@@ -86,6 +86,7 @@ def train_sft(
         save_strategy="no",
         report_to=[],
         bf16=cpu_compat.use_bf16(sft.bf16, "sft.bf16"),
+        gradient_checkpointing=sft.gradient_checkpointing,
         use_cpu=not torch.cuda.is_available(),
         max_length=None,  # rows longer than sft.max_length were dropped, never cut
         packing=False,
