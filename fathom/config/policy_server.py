@@ -29,6 +29,13 @@ class PolicyServerConfig(FathomModel):
     dev_mode: Literal["auto", "on", "off"] = "auto"
     """vLLM's VLLM_SERVER_DEV_MODE (/collective_rpc, /server_info, RL weight-transfer routes). `auto`: on only when weight_sync is `merged`, which needs those routes."""
 
+    dtype: Literal["model", "auto", "float32", "bfloat16", "float16"] = "model"
+    """Dtype vLLM serves in. `model`: `model.dtype`, the trainer's. `auto`: bfloat16 on a CPU with native bf16
+    (AVX512-BF16 or AMX in /proc/cpuinfo), `model.dtype` anywhere else. On such a CPU bf16 decoding of the embedded
+    model ran at 186 against 112 tok/s in fp32 (8 concurrent, one core, bench/policy_server.py); merged sync still
+    sends fp32 weights, which vLLM rounds as it loads them. Sampler and trainer then compute logprobs at different
+    precision; `mismatch/abs_ratio_minus_1` in metrics.jsonl measures what that costs."""
+
     cpu_cores: str = "auto"
     """CPU only: cores vLLM's model worker runs its threads on (`VLLM_CPU_OMP_THREADS_BIND`: `auto`, `nobind`, or a
     list like `0` or `0-5`). `auto` lets vLLM pick, which on 2 cores binds the worker to core 0. Give the trainer the

