@@ -50,7 +50,8 @@ async def throughput(base_url: str, model: str, concurrency: int, max_tokens: in
 
 
 def run_mode(model_dir: str, eager: bool, max_tokens: int, dtype: str = "float32", cpu_cores: str = "auto") -> dict:
-    overrides = ["--model.name", model_dir, "--model.dtype", dtype, "--policy_server.cpu_cores", cpu_cores, "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
+    overrides = ["--model.name", model_dir, "--policy_server.dtype", dtype, "--policy_server.cpu_cores", cpu_cores,
+                 "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
                  "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32",
                  "--policy_server.dev_mode", "on"]  # /server_info below reports the compilation mode
     if not eager:
@@ -77,7 +78,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-compiled", action="store_true", help="Measure eager mode only (saves ~3 minutes).")
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--dtype", default="float32", help="model.dtype vLLM serves in (float32, bfloat16).")
+    ap.add_argument("--dtype", default="float32", help="policy_server.dtype vLLM serves in (float32, bfloat16, auto).")
     ap.add_argument("--cpu-cores", default="auto", help="policy_server.cpu_cores, e.g. 0 as in configs/smoke.toml.")
     args = ap.parse_args()
     model_dir = str(prepare_embedded())

@@ -31,7 +31,7 @@ def train(
     before = os.sched_getaffinity(0)
     pinned = pin_cpus(cfg.trainer.cpu_cores)
     # TRL's rollout child goes to the cores the trainer left (empty when it has them all: it stays)
-    rollout_cores = sorted(before - set(pinned)) if pinned else None
+    rollout_cores = (sorted(before - set(pinned)) or None) if pinned else None
     import logging
 
     from fathom.config import write_resolved
@@ -61,7 +61,7 @@ def train(
         run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
                             task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
                                                        cfg.trainer.train_families),
-                            rollout_cores=rollout_cores or None)
+                            rollout_cores=rollout_cores)
     except TrlVersionError as e:
         die(str(e))
     try:
