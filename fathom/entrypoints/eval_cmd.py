@@ -104,10 +104,12 @@ def resolve_adapter(spec: str, cache: Path) -> Path:
     die(f"--adapter {spec!r} is neither a directory nor a Hub repo id (owner/name)")
 
 
-def _progress(n: int):
+def _progress(n: int, name: str | None = None):
+    """A line per finished episode, prefixed with the target's label, or `name` when one is given."""
     counts: dict[str, list[int]] = {}
 
     def on_result(label, res) -> None:
+        label = name or label
         c = counts.setdefault(label, [0, 0, 0])
         c[0] += 1
         if res.status != "done":
@@ -184,9 +186,11 @@ def eval_(
 
 
 def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str], adapters: list[tuple[str, Path]] = (),
-             model: str | None = None, base: bool = True, split: str | None = None, quiet: bool = False):
+             model: str | None = None, base: bool = True, split: str | None = None, quiet: bool = False,
+             progress_label: str | None = None):
     """Score the base (unless `base` is False or `model` names one served model) and each (label, adapter dir)
     on `task_ids` against a running stack (`urls` = policy, proxy, env); writes the outputs under `out`.
+    `progress_label` prefixes the progress lines instead of the served name (the main job's stage label).
 
     The main job calls this in-process for its final base/SFT/GRPO numbers. Returns (results, paths).
     Raises `EvalError` or `PolicyClientError` when a server is down or an adapter cannot be loaded.
@@ -217,8 +221,9 @@ def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str],
             if path is not None:
                 pc.load_adapter(target.model, str(path))
             try:
+                on_result = None if quiet else _progress(len(ids), progress_label)
                 episodes |= run_models([target], ids, sampling=sampling, limits=limits, concurrency=cfg.eval.concurrency,
-                                       timeout_s=cfg.eval.episode_timeout_s, on_result=None if quiet else _progress(len(ids)))
+                                       timeout_s=cfg.eval.episode_timeout_s, on_result=on_result)
             finally:
                 if path is not None:
                     pc.unload_adapter(target.model)

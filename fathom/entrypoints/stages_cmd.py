@@ -99,7 +99,7 @@ def stages(
                         shutil.rmtree(old, ignore_errors=True)
                 typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
                 results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
-                                      model=name)
+                                      model=name, progress_label=label)
                 summary = results["models"][name]
             else:
                 adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []

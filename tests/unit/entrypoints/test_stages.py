@@ -75,3 +75,23 @@ def test_the_base_stage_can_run_on_a_prefix_and_pairs_over_it() -> None:
     out = summarize_stages(per, {k: _summary(v) for k, v in per.items()}, boot={"n": 200, "seed": 0},
                            beyond_fraction=0.5, wall_s=1)
     assert out["paired"]["sft-base"]["n"] == 4 and out["paired"]["sft-base"]["delta"] == 0.5
+
+
+def test_stage_progress_lines_carry_the_stage_label(capsys) -> None:
+    """Merged-weight stages all run under the one served name; their progress lines name the stage instead."""
+    from types import SimpleNamespace
+
+    from fathom.entrypoints.eval_cmd import _progress
+
+    ok = SimpleNamespace(task_id="needle-2k-s1", status="done", stop_reason="final", reward=0.7,
+                         reward_components=SimpleNamespace(correct=True))
+    crashed = SimpleNamespace(task_id="pairs-4k-s2", status="error", stop_reason="env_error", reward=None,
+                              reward_components=None)
+    on_result = _progress(2, "grpo")
+    on_result("fathom-base", ok)
+    on_result("fathom-base", crashed)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("[grpo] 1/2 needle-2k-s1: done") and "correct so far 1, unscorable 0" in lines[0]
+    assert lines[1].startswith("[grpo] 2/2 pairs-4k-s2: error") and "correct so far 1, unscorable 1" in lines[1]
+    _progress(1)("base", ok)
+    assert capsys.readouterr().err.startswith("[base] 1/1")
