@@ -26,7 +26,7 @@ LENGTHS: dict[str, list[tuple[int, int]]] = {
     "test": [(2**k, 4) for k in range(10, 19)] + [(2**20, 1)],
     "heldout": [(2**k, 2) for k in range(10, 21)] + [(2**21, 1), (2**22, 1), (2**23, 1), (10 * 2**20, 1)],
 }
-DEFAULT_N = {"train": 1000, "test": 150, "heldout": 100}
+DEFAULT_N = {"train": 1000, "test": 150, "heldout": 200}
 
 
 class ManifestError(ValueError):

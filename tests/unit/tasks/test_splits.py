@@ -128,3 +128,11 @@ def test_configure_applies_tasks_config(tmp_path) -> None:
         configure(load_config(None, []).tasks)
     assert len(load_split("test")) > 2
     assert generate("needle", 1, 4096).metadata.haystack == before
+
+
+def test_heldout_grew_to_200_keeping_its_first_100(manifests) -> None:
+    """Results on the first 100 held-out tasks stay comparable with runs made when the split had only those."""
+    tasks = manifests["heldout"]["tasks"]
+    assert len(tasks) == 200 and [r["seed"] for r in tasks] == list(range(2_000_000, 2_000_200))
+    assert [(r["family"], r["seed"], r["length"]) for r in tasks[:100]] == splits.plan("heldout", 100)
+    assert tasks[0]["id"] == "needle-4m-s2000000" and tasks[99]["id"] == "code_qa-32k-s2000099"
