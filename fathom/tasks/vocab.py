@@ -2,6 +2,9 @@
 
 Word lists are split three ways by index (train, test, heldout) and planted numbers carry
 their split in their residue mod 3, so no key or needle value can appear in two splits.
+Train keys also draw on words no other split has (TRAIN_ADJECTIVES, TRAIN_NOUNS): with
+only its third of the shared lists, the SFT adapter recalled train words instead of copying
+an unseen key from the question (docs/main_job.md, "phrasings").
 """
 
 from __future__ import annotations
@@ -21,6 +24,17 @@ NOUNS = (
     "estuary fjord glacier harbor island jetty knoll lagoon meadow orchard quarry ridge spire summit tundra "
     "valley anvil bellows chisel compass lantern ledger mortar pulley quill sextant spindle tiller trowel "
     "winch yardarm zephyr"
+).split()
+
+TRAIN_ADJECTIVES = (
+    "aqua beige blush cerise copper dapper dusty emerald fawn flaxen frosty gilded glossy granite hushed lavish "
+    "lunar mauve misty mossy muted opal rosy rustic sandy shady smoky snowy sunny topaz twilit vivid wispy woolly"
+).split()
+
+TRAIN_NOUNS = (
+    "acorn alcove arbor atoll basin bluff brook burrow cairn canyon cove crag dune fern geyser grotto gully "
+    "hamlet hearth inlet kestrel loch mesa moor nook oasis pebble plover prairie reef shoal starling thicket "
+    "warbler weir willow"
 ).split()
 
 FIRST_NAMES = (
@@ -45,9 +59,17 @@ def part(words: list[str] | tuple[str, ...], split: str) -> list[str]:
     return list(words[split_index(split)::3])
 
 
-def keys(rng: random.Random, split: str, n: int) -> list[str]:
-    """`n` distinct `adjective-noun` keys from the split's share of the word lists."""
+def key_words(split: str) -> tuple[list[str], list[str]]:
+    """The adjectives and nouns that `split`'s keys are made of."""
     adj, noun = part(ADJECTIVES, split), part(NOUNS, split)
+    if split == "train":
+        return adj + TRAIN_ADJECTIVES, noun + TRAIN_NOUNS
+    return adj, noun
+
+
+def keys(rng: random.Random, split: str, n: int) -> list[str]:
+    """`n` distinct `adjective-noun` keys from the split's key words."""
+    adj, noun = key_words(split)
     pool = [f"{a}-{b}" for a in adj for b in noun]
     if n > len(pool):
         raise ValueError(f"asked for {n} keys but split {split!r} has {len(pool)}")
@@ -57,7 +79,7 @@ def keys(rng: random.Random, split: str, n: int) -> list[str]:
 def near_key(rng: random.Random, key: str, split: str, taken: set[str]) -> str:
     """A key sharing one word with `key` (a near-duplicate distractor), not in `taken`."""
     a, b = key.split("-")
-    adj, noun = part(ADJECTIVES, split), part(NOUNS, split)
+    adj, noun = key_words(split)
     options = [f"{a}-{x}" for x in noun] + [f"{x}-{b}" for x in adj]
     options = [o for o in options if o not in taken and o != key]
     return rng.choice(options)

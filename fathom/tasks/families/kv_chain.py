@@ -17,7 +17,15 @@ TEMPLATES = {
         "link": ["{a} points to {b}.", "The entry {a} refers onward to {b}."],
         "value": ["{b} holds the value {v}.", "The entry {b} resolves to the value {v}."],
         "stale": ["{a} formerly pointed to {b}, but that link was revoked."],
-        "question": ["Start at {a} and follow the links until you reach a value. What is that value?"],
+        # The start key sits at the start, middle or end and among different words, so that SFT and GRPO teach
+        # copying it out of the question rather than out of one position (docs/main_job.md, "phrasings").
+        "question": ["Start at {a} and follow the links until you reach a value. What is that value?",
+                     "{a} is the first entry of a chain. Follow it to the end and give the value there.",
+                     "Which value do you reach if you follow the links from {a}?",
+                     "Follow the entries onward from {a} until one gives a value, and report that value.",
+                     "The chain opens with {a}. Follow every link: what value is at its end?",
+                     "What value comes out when you follow the entries starting from {a}?",
+                     "Take {a} as the starting point, follow where each entry points, and answer with the final value."],
     },
     "test": {
         "link": ["{a} forwards to {b}.", "Go from {a} straight on to {b}."],

@@ -16,8 +16,16 @@ TEMPLATES = {
     "train": {
         "fact": ["The special magic number for {k} is {v}.", "Remember this: the magic number of {k} is {v}."],
         "stale": ["An outdated note gave {k} the magic number {v}, which no longer applies."],
+        # The key sits at the start, middle or end and among different words, so that SFT and GRPO teach copying
+        # it out of the question rather than out of one position (docs/main_job.md, "phrasings").
         "question": ["What is the special magic number for {k} mentioned in the document?",
-                     "Which magic number does the text give for {k}?"],
+                     "Which magic number does the text give for {k}?",
+                     "{k}: which magic number does the document assign to it?",
+                     "The document records a magic number for {k}. Give that number.",
+                     "Tell me the magic number of {k} as the document states it.",
+                     "Look up {k} in the document and answer with its magic number.",
+                     "According to the document, {k} has which magic number?",
+                     "I need the current magic number of the entry {k}. What does the document say?"],
     },
     "test": {
         "fact": ["One of the special magic numbers for {k} is: {v}.", "Keep in mind that {k} has the magic number {v}."],

@@ -68,3 +68,21 @@ def test_runs_with_the_sandbox_guards() -> None:
             env.update(context=t.context, FINAL=finals.append)
             exec(code.code, env)
             assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
+
+
+@pytest.mark.parametrize("family", ["needle", "kv_chain"])
+def test_every_train_question_phrasing_is_solved(family: str) -> None:
+    """Each train question puts the key somewhere else; the reference (and so the SFT teacher) must find it in all."""
+    from fathom.tasks.families import kv_chain, needle
+
+    n = len({"needle": needle, "kv_chain": kv_chain}[family].TEMPLATES["train"]["question"])
+    solved: set[str] = set()
+    for seed in range(400):
+        t = generate(family, seed, 4096)
+        qid = t.metadata.template.split("+")[-1]
+        if qid not in solved:
+            assert score(t, _solve(t), via_final=True, total_tokens=0, llm_calls=0).correct, (t.id, t.question)
+            solved.add(qid)
+        if len(solved) == n:
+            break
+    assert len(solved) == n, f"only {sorted(solved)} drawn in 400 seeds"

@@ -139,3 +139,17 @@ def test_heldout_grew_to_200_keeping_its_first_100(manifests) -> None:
     # SHA-256 over "id:sha256" lines of the 100-task manifest that earlier runs were scored on.
     first = "\n".join(f"{r['id']}:{r['sha256']}" for r in tasks[:100])
     assert hashlib.sha256(first.encode()).hexdigest() == "9c619a1f48ce1fd48302e05db4dadc3be899ccd3240f30bbed9a8124a30a2552"
+
+
+def test_train_keys_draw_on_words_no_evaluated_split_has() -> None:
+    from fathom.tasks import vocab
+
+    extra = set(vocab.TRAIN_ADJECTIVES) | set(vocab.TRAIN_NOUNS)
+    assert len(extra) == len(vocab.TRAIN_ADJECTIVES) + len(vocab.TRAIN_NOUNS)
+    assert not extra & (set(vocab.ADJECTIVES) | set(vocab.NOUNS))
+    for split in ("test", "heldout"):
+        adj, noun = vocab.key_words(split)
+        assert not extra & (set(adj) | set(noun))
+        assert (adj, noun) == (vocab.part(vocab.ADJECTIVES, split), vocab.part(vocab.NOUNS, split))
+    words = {w for s in range(40) for w in get_task(f"needle-4k-s{s}").metadata.extra["key"].split("-")}
+    assert words & extra and words - extra
