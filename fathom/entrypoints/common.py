@@ -66,6 +66,17 @@ def config_from(ctx: typer.Context, config: str) -> FathomConfig:
     return cfg
 
 
+def progress_line(console: Any, what: str, done: int, total: int, info: str = "") -> None:
+    """A plain `what done/total info` line about every 5% of `total`, only where `console` is no terminal.
+
+    Without a terminal (`make demo > log`, HF Jobs logs) rich draws its bar once, when it stops, so a
+    stage of many minutes would show nothing until it ended."""
+    if console.is_terminal or total <= 0:
+        return
+    if done % max(1, total // 20) == 0 or done == total:
+        console.print(f"{what} {done}/{total} {info}".rstrip(), highlight=False, soft_wrap=True)
+
+
 def eprint(*args: object) -> None:
     print(*args, file=sys.stderr)
 

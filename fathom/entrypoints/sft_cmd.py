@@ -14,7 +14,8 @@ from typing import Any
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, serve_in_thread
+from fathom.entrypoints.common import (CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, progress_line,
+                                       serve_in_thread)
 
 
 def sft_task_ids(sft: Any) -> list[str]:
@@ -98,6 +99,7 @@ def sft(
                 summaries.append(summary)
                 kept = sum(1 for s in summaries if s.get("rows"))
                 bar.update(job, advance=1, info=f"kept {kept}")
+                progress_line(console, "recorded teacher episodes", len(summaries), len(task_ids), f"kept {kept}")
     (out_dir / "episodes.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries))
     (out_dir / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     kept = sum(1 for s in summaries if s.get("rows"))
@@ -106,8 +108,11 @@ def sft(
         die(f"no usable teacher episode; see {out_dir / 'episodes.jsonl'}", code=1)
     with Progress(*cols, console=console) as bar:
         job = bar.add_task("SFT", total=None, info="")
-        metrics = train_sft(model_dir, rows, out_dir, sft=cfg.sft, lora=cfg.trainer.lora,
-                            on_step=lambda s, n, loss: bar.update(job, completed=s, total=n, info=f"loss {loss:.3f}"))
+        def on_step(step: int, total: int, loss: float) -> None:
+            bar.update(job, completed=step, total=total, info=f"loss {loss:.3f}")
+            progress_line(console, "SFT step", step, total, f"loss {loss:.3f}")
+
+        metrics = train_sft(model_dir, rows, out_dir, sft=cfg.sft, lora=cfg.trainer.lora, on_step=on_step)
     console.print(f"SFT done: {json.dumps(metrics)}; adapter in {out_dir / 'adapter'}")
 
 

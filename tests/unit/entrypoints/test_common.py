@@ -46,3 +46,23 @@ def test_pin_cpus_names_the_setting_for_a_core_that_is_not_here(capsys):
     with pytest.raises(typer.Exit):
         pin_cpus("4000", "trainer.cpu_cores")
     assert "trainer.cpu_cores = '4000'" in capsys.readouterr().err
+
+
+def test_progress_line_prints_every_5_percent_only_without_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from fathom.entrypoints.common import progress_line
+
+    log = io.StringIO()
+    plain = Console(file=log, force_terminal=False, width=200)
+    for step in range(1, 49):
+        progress_line(plain, "SFT step", step, 48, f"loss {1 / step:.3f}")
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "SFT step 2/48 loss 0.500" and lines[-1] == "SFT step 48/48 loss 0.021"
+    assert len(lines) == 24
+    tty = io.StringIO()
+    for step in range(1, 49):
+        progress_line(Console(file=tty, force_terminal=True), "SFT step", step, 48)
+    assert tty.getvalue() == ""
