@@ -125,6 +125,7 @@ class RichProgress(TrainerCallback):
         self.max_steps, self.enabled = max_steps, enabled
         self.progress: Any = None
         self.task: Any = None
+        self.printed = -1
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.enabled:
@@ -141,6 +142,11 @@ class RichProgress(TrainerCallback):
             reward = logs.get("reward")
             info = f"reward {reward:.3f}" if isinstance(reward, float) and not math.isnan(reward) else ""
             self.progress.update(self.task, completed=state.global_step, info=info)
+            console = self.progress.console
+            # Without a terminal (a log file, HF Jobs) rich draws the bar only when it stops: a line a step instead.
+            if not console.is_terminal and state.global_step != self.printed:
+                self.printed = state.global_step
+                console.print(f"train step {state.global_step}/{self.max_steps} {info}".rstrip(), highlight=False)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.progress is not None:

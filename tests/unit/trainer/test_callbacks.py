@@ -64,3 +64,17 @@ def test_metrics_rows_fold_in_new_rollouts_and_plot(tmp_path):
 def test_plot_names_a_missing_metrics_file(tmp_path):
     with pytest.raises(PlotError, match="metrics.jsonl does not exist"):
         plot_run(tmp_path)
+
+
+def test_progress_prints_a_line_a_step_without_a_terminal(capsys, monkeypatch):
+    from fathom.trainer.callbacks import RichProgress
+
+    for var in ("TTY_COMPATIBLE", "FORCE_COLOR", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(var, raising=False)
+    bar = RichProgress(3)
+    bar.on_train_begin(None, SimpleNamespace(global_step=0), None)
+    for step, reward in ((1, 0.25), (1, 0.25), (2, float("nan")), (3, 0.5)):
+        bar.on_log(None, SimpleNamespace(global_step=step), None, logs={"reward": reward})
+    bar.on_train_end(None, SimpleNamespace(global_step=3), None)
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("train step")]
+    assert lines == ["train step 1/3 reward 0.250", "train step 2/3", "train step 3/3 reward 0.500"]
