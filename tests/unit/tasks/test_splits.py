@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fathom.tasks import FAMILIES, get_task, load_split
+from fathom.tasks import FAMILIES, generate, get_task, load_split
 from fathom.tasks import splits
 from fathom.tasks.families import MODULES
 from fathom.tasks.families.records import OPENERS, PHRASES
@@ -151,5 +151,6 @@ def test_train_keys_draw_on_words_no_evaluated_split_has() -> None:
         adj, noun = vocab.key_words(split)
         assert not extra & (set(adj) | set(noun))
         assert (adj, noun) == (vocab.part(vocab.ADJECTIVES, split), vocab.part(vocab.NOUNS, split))
-    words = {w for s in range(40) for w in get_task(f"needle-4k-s{s}").metadata.extra["key"].split("-")}
+    # generate(), not get_task(): other tests register loaded tasks under generated-looking ids.
+    words = {w for s in range(40) for w in generate("needle", s, 4096).metadata.extra["key"].split("-")}
     assert words & extra and words - extra
