@@ -25,8 +25,11 @@ def evaluate(run_dir: Path) -> dict:
     s = json.loads(summary_path.read_text())
     stages = {k: v["pass@1"]["pass@1"] for k, v in s["stages"].items()}
     paired = s["paired"]
-    sft_base = paired.get("sft-base", {})
-    grpo_sft = paired.get("grpo-sft", {})
+    # GRPO's starting point is the `sft` stage, or `init` when the run was given `--trainer.init_adapter` (an SFT
+    # adapter from an earlier run); both targets read the pair with whichever stage the run has.
+    start = next((k for k in ("sft", "init") if k in stages), None)
+    sft_base = paired.get(f"{start}-base", {})
+    grpo_sft = paired.get(f"grpo-{start}", {})
     launch = json.loads(launch_path.read_text()) if launch_path.is_file() else {}
     wall_s = launch.get("wall_s")
     d_sft = sft_base.get("delta")
@@ -35,6 +38,7 @@ def evaluate(run_dir: Path) -> dict:
         "run_dir": str(run_dir),
         "n_tasks": s["n_tasks"],
         "split": s.get("split"),
+        "start_stage": start,
         "pass@1": stages,
         "intervals": {k: v["pass@1"]["ci"] for k, v in s["stages"].items()},
         "paired": {k: {"delta": v["delta"], "ci": v["ci"], "n": v["n"]} for k, v in paired.items()},

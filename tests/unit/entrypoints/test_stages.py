@@ -62,8 +62,26 @@ def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> 
     assert out["step_min"] == {"policy": 1.0, "grpo": 25.0}
     assert met == {"sft_minus_base_pass1": True, "grpo_minus_sft_paired_ci_low": False, "demo_wall_min": False,
                    "beyond_window_fraction": True, "heldout_tasks": True}
+    assert out["start_stage"] == "sft"
     with pytest.raises(FileNotFoundError, match="make demo"):
         _learning().evaluate(tmp_path / "nothing")
+
+
+def test_learning_bench_reads_a_run_started_from_an_earlier_adapter(tmp_path: Path) -> None:
+    # `fathom launch --trainer.init_adapter DIR` skips SFT and labels the starting adapter `init`.
+    tasks = [f"t{i}" for i in range(100)]
+    per = {"base": {t: False for t in tasks}, "init": {t: i < 30 for i, t in enumerate(tasks)},
+           "grpo": {t: i < 50 for i, t in enumerate(tasks)}}
+    s = summarize_stages(per, {k: _summary(v) for k, v in per.items()}, boot={"n": 500, "seed": 0},
+                         beyond_fraction=0.8, wall_s=0)
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "summary.json").write_text(json.dumps(s | {"n_tasks": 100, "split": "heldout"}))
+    out = _learning().evaluate(tmp_path)
+    value = {t["name"]: t["value"] for t in out["targets"]}
+    assert out["start_stage"] == "init"
+    assert value["sft_minus_base_pass1"] == pytest.approx(0.30)
+    assert value["grpo_minus_sft_paired_ci_low"] == pytest.approx(out["paired"]["grpo-init"]["ci"][0])
+    assert value["grpo_minus_sft_paired_ci_low"] > 0
 
 
 def test_the_base_stage_can_run_on_a_prefix_and_pairs_over_it() -> None:
