@@ -126,6 +126,16 @@ class TrainerConfig(FathomModel):
     fresh adapter. Its rank, alpha and target modules must match `lora`. `fathom launch` sets it to the SFT stage's
     adapter, and skips SFT when it is already set."""
 
+    sft_anchor_coef: float = Field(0.0, ge=0.0)
+    """Weight of the SFT anchor: the mean next-token loss on one row of the warm start's teacher data, added to
+    each GRPO micro-batch (InstructGPT's PPO-ptx; `trainer/anchor.py`). It holds the families GRPO does not train
+    on where SFT left them; `sft_anchor/nll` in metrics.jsonl is the loss. 0 (off) reproduces TRL and costs
+    nothing; on, each micro-batch runs one more forward and backward of about one SFT row (~800 tokens)."""
+
+    sft_anchor_data: str = ""
+    """The anchor's rows: a data.jsonl written by `fathom sft` (`<run>/sft/data.jsonl`). `fathom launch` sets it
+    when its plan runs the SFT stage; with a starting adapter of your own, name that adapter's data.jsonl."""
+
     lora: LoraConfig = LoraConfig()
     """Adapter shape."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 
 from fathom.entrypoints.common import OVERRIDE_SETTINGS, config_from, die
+from fathom.trainer.anchor import missing_rows, rows_path
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ def server_steps(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     ]
 
 
+class PlanError(ValueError):
+    """The config asks for a main job whose steps cannot all be given what they need."""
+
+
 def sft_adapter_dir(cfg) -> Path:
     return cfg.run_dir / "sft" / "adapter"
 
@@ -66,14 +71,20 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
     common = ["-c", config_path, *overrides]
     steps = server_steps(cfg, config_path, overrides)
-    start, start_label = cfg.trainer.init_adapter, "init"
+    t = cfg.trainer
+    start, start_label, anchor = t.init_adapter, "init", rows_path(t.sft_anchor_data, t.init_adapter)
     if "sft" in cfg.launch.stages and not start:
         steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
         start, start_label = str(sft_adapter_dir(cfg)), "sft"
+        anchor = anchor or str(cfg.run_dir / "sft" / "data.jsonl")
     if "grpo" in cfg.launch.stages:
         if cfg.launch.eval_watch:
             steps.append(Step("server", "eval-watch", [*fathom, "eval", "watch", *common]))
         init = ["--trainer.init_adapter", start] if start else []
+        if t.sft_anchor_coef > 0:
+            if not anchor:
+                raise PlanError(str(missing_rows(t.sft_anchor_coef, start)))
+            init += ["--trainer.sft_anchor_data", anchor]
         steps.append(Step("stage", "grpo", [*fathom, "train", *common, *init]))
     if "eval" in cfg.launch.stages:
         stages = ["--stage", "base"]
@@ -109,7 +120,10 @@ def launch(
 ) -> None:
     """Run the main job: policy server, proxy and env server, then SFT, GRPO and held-out evaluation."""
     cfg = config_from(ctx, config)
-    steps = plan(cfg, config, list(ctx.args))
+    try:
+        steps = plan(cfg, config, list(ctx.args))
+    except PlanError as e:
+        die(str(e))
     if dry_run:
         for i, s in enumerate(steps, 1):
             extra = f"  (healthy at {s.health_url})" if s.health_url else ""
@@ -178,4 +192,4 @@ def launch(
                       f"training plots: {plots[0].parent if plots else 'none'}")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "Step", "launch", "plan", "server_steps", "server_urls"]
+__all__ = ["OVERRIDE_SETTINGS", "PlanError", "Step", "launch", "plan", "server_steps", "server_urls"]

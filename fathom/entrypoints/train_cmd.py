@@ -39,6 +39,7 @@ def train(
     from fathom.rollout_worker.dataset import training_task_ids
     from fathom.trainer.build import Endpoints, build_trainer, latest_checkpoint
     from fathom.trainer.callbacks import WATCHDOG_EXIT
+    from fathom.trainer.anchor import AnchorDataError
     from fathom.trainer.cpu_compat import TrlVersionError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -62,7 +63,7 @@ def train(
                             task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
                                                        cfg.trainer.train_families),
                             rollout_cores=rollout_cores)
-    except TrlVersionError as e:
+    except (TrlVersionError, AnchorDataError) as e:
         die(str(e))
     try:
         run.trainer.train(resume_from_checkpoint=checkpoint)

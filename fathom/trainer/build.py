@@ -115,6 +115,14 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     run_dir.mkdir(parents=True, exist_ok=True)
     rollouts_path = run_dir / "rollouts.jsonl"
 
+    anchor = None
+    if t.sft_anchor_coef > 0:  # read before the model loads, so a bad path fails at once
+        from fathom.trainer.anchor import SftAnchor, load_rows, missing_rows, rows_path
+
+        path = rows_path(t.sft_anchor_data, t.init_adapter)
+        if not path:
+            raise missing_rows(t.sft_anchor_coef, t.init_adapter)
+        anchor = SftAnchor(load_rows(path), t.sft_anchor_coef, seed=t.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     dataset = Dataset.from_dict(prompt_rows(task_ids))
     args = grpo_args(cfg, run_dir, endpoints.vllm_url, cuda=cuda)
@@ -148,6 +156,7 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    trainer.sft_anchor = anchor
     if t.init_adapter:
         from fathom.trainer.adapters import load_init_adapter
 

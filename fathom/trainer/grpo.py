@@ -1,5 +1,6 @@
-"""TRL's AsyncGRPOTrainer with three additions: the trainer/sampler mismatch metric, atomic checkpoints, and
-(for tests) a record of every trained token id.
+"""TRL's AsyncGRPOTrainer with four additions: the trainer/sampler mismatch metric, atomic checkpoints, the SFT
+anchor (`anchor.py`: the warm start's loss on teacher rows, added to each micro-batch), and (for tests) a record of
+every trained token id.
 
 Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
 with. Off-policy samples differ by the policy update, which is drift, not mismatch; they are logged apart
@@ -46,6 +47,9 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
     record_trained_path: str | None = None
     """When set, each micro-batch's trained token runs (completion_mask = 1) are appended here as JSON lines."""
 
+    sft_anchor: Any = None
+    """An `anchor.SftAnchor`, or None: its coef x NLL on one teacher row joins each micro-batch's loss."""
+
     _staging = False
 
     def get_train_dataloader(self):
@@ -79,6 +83,11 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
             handle.remove()
         if seen:
             self._log_mismatch(seen[-1], inputs)
+        if self.sft_anchor is not None:
+            nll = self.sft_anchor.nll(model, device=inputs["input_ids"].device)
+            # scaled like TRL's policy loss (HF's own accumulation scaling is off), so a step adds coef x mean NLL
+            loss = loss + self.sft_anchor.coef * nll / self.current_gradient_accumulation_steps
+            self._metrics["train"]["sft_anchor/nll"].append(nll.item())
         if self.record_trained_path:
             self._record_trained(inputs)
         return loss

@@ -64,7 +64,12 @@ def trained(servers):
     from fathom.trainer.build import Endpoints, build_trainer
 
     model_dir, stack, tmp = servers
-    cfg = train_config(model_dir, stack, tmp / "runs" / "two-steps")
+    anchor = tmp / "anchor.jsonl"  # SFT anchor rows: 40 token ids, the last 20 trained
+    anchor.write_text("".join(json.dumps({"input_ids": list(range(100 + i, 140 + i)),
+                                          "labels": [-100] * 20 + list(range(120 + i, 140 + i))}) + "\n"
+                              for i in range(3)))
+    cfg = train_config(model_dir, stack, tmp / "runs" / "two-steps",
+                       **{"trainer.sft_anchor_coef": 0.5, "trainer.sft_anchor_data": anchor})
     run = build_trainer(cfg, model_path=str(model_dir), progress=False,
                         endpoints=Endpoints(stack.vllm_url, stack.proxy_url, stack.env_url),
                         task_ids=[BAD_TASK] + training_task_ids(64, 1024))
@@ -153,6 +158,12 @@ def test_reward_components_and_metrics_logged(trained):
     # our loop ran in TRL's spawned child, with the switches it was given
     assert any("rollout/flat_group_frac" in row for row in rows)
     assert any("episode/turns_mean" in row and "episode/subcalls_mean" in row for row in rows)
+
+
+def test_sft_anchor_loss_logged_each_step(trained):
+    rows = [row for row in _metrics(trained["run"]) if "kl" in row]
+    # a random-init model on arbitrary ids: about ln(49152) = 10.8 nats a token
+    assert len(rows) == 2 and all(5 < row["sft_anchor/nll"] < 20 for row in rows)
 
 
 def test_mismatch_below_1e_3_in_fp32(trained):

@@ -35,7 +35,8 @@ def test_plan_starts_servers_then_sft_grpo_eval() -> None:
 
 
 def test_a_starting_adapter_skips_sft() -> None:
-    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.init_adapter", "/adapters/warm"])
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.init_adapter", "/adapters/warm",
+                                                    "--trainer.sft_anchor_coef", "0"])
     steps = plan(cfg, "configs/smoke.toml", [])
     assert ("stage", "sft") not in _names(steps)
     grpo = next(s for s in steps if s.name == "grpo").argv
@@ -45,8 +46,41 @@ def test_a_starting_adapter_skips_sft() -> None:
                                                                         f"grpo={cfg.run_dir / 'final'}"]
 
 
+def _arg(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_the_sft_anchor_reads_the_sft_stage_rows() -> None:
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.sft_anchor_coef", "0.5"])
+    grpo = next(s for s in plan(cfg, "configs/smoke.toml", []) if s.name == "grpo").argv
+    assert _arg(grpo, "--trainer.sft_anchor_data") == str(cfg.run_dir / "sft" / "data.jsonl")
+    off = load_config(ROOT / "configs/smoke.toml", ["--trainer.sft_anchor_coef", "0"])
+    assert _arg(next(s for s in plan(off, "configs/smoke.toml", []) if s.name == "grpo").argv,
+                "--trainer.sft_anchor_data") is None
+
+
+def test_the_sft_anchor_with_a_starting_adapter_reads_the_rows_beside_it_or_named(tmp_path) -> None:
+    from fathom.entrypoints.launch_cmd import PlanError
+
+    adapter = tmp_path / "sft" / "adapter"
+    adapter.mkdir(parents=True)
+    over = ["--trainer.sft_anchor_coef", "0.5", "--trainer.init_adapter", str(adapter)]
+
+    def anchor_arg(extra=()):
+        cfg = load_config(ROOT / "configs/smoke.toml", over + list(extra))
+        return _arg(next(s for s in plan(cfg, "configs/smoke.toml", []) if s.name == "grpo").argv,
+                    "--trainer.sft_anchor_data")
+
+    with pytest.raises(PlanError, match="has no data.jsonl beside it"):
+        anchor_arg()
+    assert anchor_arg(["--trainer.sft_anchor_data", "/elsewhere/data.jsonl"]) == "/elsewhere/data.jsonl"
+    (tmp_path / "sft" / "data.jsonl").write_text("{}\n")
+    assert anchor_arg() == str(tmp_path / "sft" / "data.jsonl")
+
+
 def test_eval_watch_runs_beside_grpo() -> None:
-    cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]'])
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]',
+                                                    "--trainer.sft_anchor_coef", "0"])
     assert _names(plan(cfg, "configs/smoke.toml", [])) == [
         ("server", "policy"), ("server", "proxy"), ("server", "env"), ("server", "eval-watch"), ("stage", "grpo")]
 

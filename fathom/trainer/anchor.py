@@ -1,0 +1,89 @@
+"""The SFT anchor: a small next-token loss on the warm start's own teacher rows, added to every GRPO micro-batch.
+
+Why: GRPO here trains on the families the policy sometimes solves (needle, kv_chain). The programs of all families
+share their opening, so updates on those families also move the policy on the ones it does not train on, and
+every measured `make demo` lost held-out code_qa tasks that SFT had solved (8 -> 3 of 40, 3 -> 1, 4 -> 2 of 20;
+docs/main_job.md). Mixing the SFT loss back in while the policy-gradient step runs (InstructGPT's PPO-ptx) pulls
+the adapter back toward what the teacher showed on every family, while the advantage term moves it where rewards
+differ. `sft_anchor/nll` in metrics.jsonl shows how far the policy has drifted from the teacher's rows.
+
+Rows are the ones `fathom sft` trained on (`<run>/sft/data.jsonl`): `input_ids` and `labels`, with -100 off the
+assistant's tokens, so the anchor's mask is the one set when each token was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+IGNORE = -100
+
+
+class AnchorDataError(ValueError):
+    """The SFT anchor's rows file is missing or unusable."""
+
+
+def load_rows(path: str | Path) -> list[dict[str, list[int]]]:
+    """The rows of an SFT data file (JSON lines of `input_ids` and `labels`); errors name the file and the fix."""
+    p = Path(path)
+    fix = "point trainer.sft_anchor_data at the data.jsonl `fathom sft` wrote, or set trainer.sft_anchor_coef = 0"
+    if not p.is_file():
+        raise AnchorDataError(f"SFT anchor data {str(p)!r} does not exist; {fix}")
+    rows = []
+    for n, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            ids, labels = row["input_ids"], row["labels"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise AnchorDataError(f"{p}:{n} is not a row of input_ids and labels ({e}); {fix}") from None
+        if len(ids) != len(labels):
+            raise AnchorDataError(f"{p}:{n}: {len(ids)} input_ids but {len(labels)} labels; {fix}")
+        if any(t != IGNORE for t in labels[1:]):  # the first label is never predicted
+            rows.append({"input_ids": ids, "labels": labels})
+    if not rows:
+        raise AnchorDataError(f"SFT anchor data {str(p)!r} has no row with a trained token; {fix}")
+    return rows
+
+
+def rows_path(data: str, init_adapter: str) -> str:
+    """Where the anchor's rows are: `data` when named, else the data.jsonl beside `init_adapter` (`fathom sft` writes
+    `<out>/adapter` and `<out>/data.jsonl`), else empty."""
+    if data:
+        return data
+    beside = Path(init_adapter).parent / "data.jsonl" if init_adapter else None
+    return str(beside) if beside is not None and beside.is_file() else ""
+
+
+def missing_rows(coef: float, init_adapter: str) -> AnchorDataError:
+    where = f"{init_adapter!r} has no data.jsonl beside it" if init_adapter else "trainer.init_adapter is empty"
+    return AnchorDataError(f"trainer.sft_anchor_coef is {coef} but trainer.sft_anchor_data is empty and {where}: name "
+                           "the data.jsonl `fathom sft` wrote, or set trainer.sft_anchor_coef = 0")
+
+
+class SftAnchor:
+    """Draws one teacher row per call (seeded order, every row once before any repeats) and returns the model's
+    mean next-token loss on its labelled tokens."""
+
+    def __init__(self, rows: list[dict[str, list[int]]], coef: float, seed: int = 0):
+        self.rows, self.coef = rows, coef
+        self._rng = random.Random(seed)
+        self._order: list[int] = []
+
+    def next_row(self) -> dict[str, list[int]]:
+        if not self._order:
+            self._order = list(range(len(self.rows)))
+            self._rng.shuffle(self._order)
+        return self.rows[self._order.pop()]
+
+    def nll(self, model: Any, device: Any = None) -> Any:
+        """Mean negative log-likelihood of one row's labelled tokens (temperature 1, the plain LM head)."""
+        import torch
+
+        row = self.next_row()
+        ids = torch.tensor([row["input_ids"]], device=device)
+        labels = torch.tensor([row["labels"]], device=device)
+        return model(input_ids=ids, labels=labels, use_cache=False).loss
