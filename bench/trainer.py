@@ -164,7 +164,7 @@ def main() -> None:
         "--env_server.max_turns", str(a.max_turns), "--env_server.sub_rlm_max_turns", str(min(4, a.max_turns)),
         "--trainer.max_steps", str(a.steps), "--trainer.num_generations", str(a.gens),
         "--trainer.max_completion_tokens", str(a.max_tokens), "--trainer.save_steps", "1000",
-        "--policy_server.cpu_kvcache_gb", "2", "--trainer.sft_anchor_coef", "0", "--output_dir", str(tmp)])
+        "--policy_server.cpu_kvcache_gb", "2", "--output_dir", str(tmp)])
     model_path = resolve_model(cfg.model)
     toml = tmp / "stack.toml"
     toml.write_text(f'[policy_server]\nport = {vport}\nweight_sync = "merged"\n[capture_proxy]\nport = {pport}\n'

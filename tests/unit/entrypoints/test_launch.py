@@ -35,8 +35,7 @@ def test_plan_starts_servers_then_sft_grpo_eval() -> None:
 
 
 def test_a_starting_adapter_skips_sft() -> None:
-    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.init_adapter", "/adapters/warm",
-                                                    "--trainer.sft_anchor_coef", "0"])
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--trainer.init_adapter", "/adapters/warm"])
     steps = plan(cfg, "configs/smoke.toml", [])
     assert ("stage", "sft") not in _names(steps)
     grpo = next(s for s in steps if s.name == "grpo").argv
@@ -79,8 +78,7 @@ def test_the_sft_anchor_with_a_starting_adapter_reads_the_rows_beside_it_or_name
 
 
 def test_eval_watch_runs_beside_grpo() -> None:
-    cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]',
-                                                    "--trainer.sft_anchor_coef", "0"])
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]'])
     assert _names(plan(cfg, "configs/smoke.toml", [])) == [
         ("server", "policy"), ("server", "proxy"), ("server", "env"), ("server", "eval-watch"), ("stage", "grpo")]
 
