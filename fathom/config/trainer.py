@@ -136,6 +136,11 @@ class TrainerConfig(FathomModel):
     """The anchor's rows: a data.jsonl written by `fathom sft` (`<run>/sft/data.jsonl`). `fathom launch` sets it
     when its plan runs the SFT stage; with a starting adapter of your own, name that adapter's data.jsonl."""
 
+    sft_anchor_families: list[str] = []
+    """The task families whose teacher rows the anchor trains on (empty: all). Naming only families GRPO does not
+    train on (outside `train_families`) holds those where SFT left them, without the anchor also re-teaching which
+    program goes with which question on the families GRPO is moving."""
+
     lora: LoraConfig = LoraConfig()
     """Adapter shape."""
 

@@ -25,8 +25,9 @@ class AnchorDataError(ValueError):
     """The SFT anchor's rows file is missing or unusable."""
 
 
-def load_rows(path: str | Path) -> list[dict[str, list[int]]]:
-    """The rows of an SFT data file (JSON lines of `input_ids` and `labels`); errors name the file and the fix."""
+def load_rows(path: str | Path, families: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """The rows of an SFT data file (JSON lines of `input_ids`, `labels` and the task's `family`), only those of
+    `families` when it names any; errors name the file and the fix."""
     p = Path(path)
     fix = "point trainer.sft_anchor_data at the data.jsonl `fathom sft` wrote, or set trainer.sft_anchor_coef = 0"
     if not p.is_file():
@@ -42,10 +43,16 @@ def load_rows(path: str | Path) -> list[dict[str, list[int]]]:
             raise AnchorDataError(f"{p}:{n} is not a row of input_ids and labels ({e}); {fix}") from None
         if len(ids) != len(labels):
             raise AnchorDataError(f"{p}:{n}: {len(ids)} input_ids but {len(labels)} labels; {fix}")
+        if families and "family" not in row:
+            raise AnchorDataError(f"{p}:{n} names no family, so trainer.sft_anchor_families cannot pick rows; "
+                                  "re-run `fathom sft` (its rows name their family) or leave the list empty")
+        if families and row["family"] not in families:
+            continue
         if any(t != IGNORE for t in labels[1:]):  # the first label is never predicted
             rows.append({"input_ids": ids, "labels": labels})
     if not rows:
-        raise AnchorDataError(f"SFT anchor data {str(p)!r} has no row with a trained token; {fix}")
+        which = f" of the families {list(families)}" if families else ""
+        raise AnchorDataError(f"SFT anchor data {str(p)!r} has no row{which} with a trained token; {fix}")
     return rows
 
 

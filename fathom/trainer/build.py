@@ -122,7 +122,7 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         path = rows_path(t.sft_anchor_data, t.init_adapter)
         if not path:
             raise missing_rows(t.sft_anchor_coef, t.init_adapter)
-        anchor = SftAnchor(load_rows(path), t.sft_anchor_coef, seed=t.seed)
+        anchor = SftAnchor(load_rows(path, t.sft_anchor_families), t.sft_anchor_coef, seed=t.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     dataset = Dataset.from_dict(prompt_rows(task_ids))
     args = grpo_args(cfg, run_dir, endpoints.vllm_url, cuda=cuda)

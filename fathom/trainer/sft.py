@@ -94,7 +94,8 @@ def train_sft(
         seed=sft.seed,
         disable_tqdm=True,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
+    data = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok,
                          peft_config=_lora_config(lora), callbacks=[Progress()])
     from transformers.trainer_callback import PrinterCallback
 

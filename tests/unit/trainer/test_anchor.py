@@ -34,6 +34,20 @@ def test_load_rows_keeps_rows_with_trained_tokens(tmp_path):
     assert got == rows[:1]
 
 
+def test_load_rows_picks_the_named_families(tmp_path):
+    rows = [{"input_ids": [1, 2], "labels": [IGNORE, 2], "family": "code_qa"},
+            {"input_ids": [3, 4], "labels": [IGNORE, 4], "family": "needle"},
+            {"input_ids": [5, 6], "labels": [IGNORE, 6], "family": "code_qa"}]
+    path = _write(tmp_path / "data.jsonl", rows)
+    assert [r["input_ids"] for r in load_rows(path, ["code_qa"])] == [[1, 2], [5, 6]]
+    assert len(load_rows(path)) == 3
+    with pytest.raises(AnchorDataError, match=r"has no row of the families \['pairs'\]"):
+        load_rows(path, ["pairs"])
+    old = _write(tmp_path / "old.jsonl", [{"input_ids": [1, 2], "labels": [IGNORE, 2]}])
+    with pytest.raises(AnchorDataError, match="old.jsonl:1 names no family"):
+        load_rows(old, ["code_qa"])
+
+
 @pytest.mark.parametrize("lines, says", [
     (None, "does not exist"),
     (["not json"], "data.jsonl:1 is not a row"),
