@@ -128,9 +128,10 @@ class TrainerConfig(FathomModel):
 
     sft_anchor_coef: float = Field(0.0, ge=0.0)
     """Weight of the SFT anchor: the mean next-token loss on one row of the warm start's teacher data, added to
-    each GRPO micro-batch (InstructGPT's PPO-ptx; `trainer/anchor.py`). It holds the families GRPO does not train
-    on where SFT left them; `sft_anchor/nll` in metrics.jsonl is the loss. 0 (off) reproduces TRL and costs
-    nothing; on, each micro-batch runs one more forward and backward of about one SFT row (~800 tokens)."""
+    each GRPO micro-batch (InstructGPT's PPO-ptx; `trainer/anchor.py`), meant to hold the families GRPO does not
+    train on where SFT left them; `sft_anchor/nll` in metrics.jsonl is the loss. 0 (off) reproduces TRL and costs
+    nothing; on, each micro-batch runs one more forward and backward of about one SFT row (~800 tokens). At 1.0 on
+    every family's rows it cost held-out kv_chain 10 of 20 tasks (demo-9, docs/main_job.md)."""
 
     sft_anchor_data: str = ""
     """The anchor's rows: a data.jsonl written by `fathom sft` (`<run>/sft/data.jsonl`). `fathom launch` sets it

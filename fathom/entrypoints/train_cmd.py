@@ -37,9 +37,9 @@ def train(
     from fathom.config import write_resolved
     from fathom.policy_server.models import ModelError, resolve_model
     from fathom.rollout_worker.dataset import training_task_ids
+    from fathom.trainer.anchor import AnchorDataError
     from fathom.trainer.build import Endpoints, build_trainer, latest_checkpoint
     from fathom.trainer.callbacks import WATCHDOG_EXIT
-    from fathom.trainer.anchor import AnchorDataError
     from fathom.trainer.cpu_compat import TrlVersionError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
