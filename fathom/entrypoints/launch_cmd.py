@@ -76,7 +76,7 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     if "sft" in cfg.launch.stages and not start:
         steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
         start, start_label = str(sft_adapter_dir(cfg)), "sft"
-        anchor = anchor or str(cfg.run_dir / "sft" / "data.jsonl")
+        anchor = anchor or str(sft_adapter_dir(cfg).parent / "data.jsonl")  # `fathom sft` writes it there
     if "grpo" in cfg.launch.stages:
         if cfg.launch.eval_watch:
             steps.append(Step("server", "eval-watch", [*fathom, "eval", "watch", *common]))

@@ -42,7 +42,8 @@ def record_episode(factory: Any, task_id: str, max_length: int) -> tuple[list[di
     res = session.result
     cut = any(t.metadata.get("finish_reason") == "length" for t in trace.turns)
     correct = bool(res and res.reward_components and res.reward_components.correct)
-    rows = [{**r, "family": parse_id(task_id)[0]} for r in rows_from_trace(trace)] if correct and not cut else []
+    family = parse_id(task_id)[0]
+    rows = [{**r, "family": family} for r in rows_from_trace(trace)] if correct and not cut else []
     too_long = [r for r in rows if len(r["input_ids"]) > max_length]
     summary = {"task_id": task_id, "reward": verdict.env_reward, "correct": correct, "cut": cut,
                "turns": len(res.turns) if res else 0, "stop_reason": res.stop_reason if res else None,
