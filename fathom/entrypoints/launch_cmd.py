@@ -19,6 +19,7 @@ from pathlib import Path
 import typer
 
 from fathom.entrypoints.common import OVERRIDE_SETTINGS, config_from, die
+from fathom.entrypoints.sft_cmd import check_phrasings
 from fathom.trainer.anchor import missing_rows, rows_path
 
 
@@ -74,6 +75,10 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     t = cfg.trainer
     start, start_label, anchor = t.init_adapter, "init", rows_path(t.sft_anchor_data, t.init_adapter)
     if "sft" in cfg.launch.stages and not start:
+        try:
+            check_phrasings(cfg.sft)
+        except ValueError as e:
+            raise PlanError(str(e)) from None
         steps.append(Step("stage", "sft", [*fathom, "sft", *common]))
         start, start_label = str(sft_adapter_dir(cfg)), "sft"
         anchor = anchor or str(sft_adapter_dir(cfg).parent / "data.jsonl")  # `fathom sft` writes it there

@@ -18,12 +18,41 @@ from fathom.entrypoints.common import (CONFIG_OPTION, OVERRIDE_SETTINGS, config_
                                        serve_in_thread)
 
 
+def check_phrasings(sft: Any) -> None:
+    """ValueError naming a `sft.question_phrasings` entry that names no choosable phrasing."""
+    from fathom.tasks.generate import FAMILIES, question_phrasings
+
+    for fam, keep in sft.question_phrasings.items():
+        n = len(question_phrasings(fam))
+        if not n:
+            worded = ", ".join(f for f in FAMILIES if question_phrasings(f))
+            raise ValueError(f"sft.question_phrasings names {fam!r}, whose questions have no train phrasings to "
+                             f"choose from (only {worded} have). Remove that entry.")
+        bad = [i for i in keep if not 0 <= i < n]
+        if not keep or bad:
+            raise ValueError(f"sft.question_phrasings[{fam!r}] = {keep}: give one or more indices from 0 to {n - 1} "
+                             f"(the {n} train phrasings of {fam}).")
+
+
 def sft_task_ids(sft: Any) -> list[str]:
-    """The SFT data's tasks: families and lengths round-robin, seeds counting up in the train block."""
+    """The SFT data's tasks: families and lengths round-robin, seeds counting up in the train block, skipping
+    the seeds whose question is worded in a phrasing `sft.question_phrasings` leaves out.
+
+    ValueError names a bad `sft.question_phrasings` entry."""
+    from fathom.tasks.generate import generate, question_phrasing
     from fathom.tasks.record import make_id
 
+    check_phrasings(sft)
     fams, lens = sft.families, sft.lengths
-    return [make_id(fams[i % len(fams)], sft.seed + i, lens[(i // len(fams)) % len(lens)]) for i in range(sft.n_tasks)]
+    ids, seed = [], sft.seed
+    for i in range(sft.n_tasks):
+        fam, length = fams[i % len(fams)], lens[(i // len(fams)) % len(lens)]
+        keep = sft.question_phrasings.get(fam)
+        while keep is not None and question_phrasing(generate(fam, seed, length)) not in keep:
+            seed += 1
+        ids.append(make_id(fam, seed, length))
+        seed += 1
+    return ids
 
 
 def record_episode(factory: Any, task_id: str, max_length: int) -> tuple[list[dict], dict[str, Any]]:
@@ -60,6 +89,10 @@ def sft(
     """Record teacher episodes on the running env server, then train the LoRA warm start (`<out>/adapter`)."""
     passive_omp()
     cfg = config_from(ctx, config)
+    try:
+        task_ids = sft_task_ids(cfg.sft)
+    except ValueError as e:
+        die(str(e))
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
     from fathom.capture_proxy.app import create_app
@@ -79,7 +112,6 @@ def sft(
     name = cfg.policy_server.served_model_name
     teacher = create_scripted_app("teach", name, cfg.model.max_model_len, tokenizer_dir=str(model_dir),
                                   fix_fraction=cfg.sft.fix_fraction)
-    task_ids = sft_task_ids(cfg.sft)
     env_url = server_urls(cfg)["env"]
     rows: list[dict] = []
     summaries: list[dict] = []
@@ -119,4 +151,4 @@ def sft(
     console.print(f"SFT done: {json.dumps(metrics)}; adapter in {out_dir / 'adapter'}")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "record_episode", "sft", "sft_task_ids"]
+__all__ = ["OVERRIDE_SETTINGS", "check_phrasings", "record_episode", "sft", "sft_task_ids"]

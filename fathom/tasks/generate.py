@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fathom.tasks.families import MODULES
 from fathom.tasks.families.base import Spec
 from fathom.tasks.record import Task, check_length, parse_id, rngs, split_of_seed
@@ -47,6 +49,24 @@ def get_task(task_id: str) -> Task:
     if task.id != task_id:  # one spelling per task, so ids stay usable as keys
         raise KeyError(f"unknown task id {task_id!r}: write it as {task.id!r}")
     return task
+
+
+_QUESTION = re.compile(r"/q(\d+)(?:\+|$)")
+
+
+def question_phrasings(family: str, split: str = "train") -> list[str]:
+    """The question phrasings a family draws from in one split; empty where its question has no alternatives
+    to choose (code_qa, aggregate and pairs word theirs by operation)."""
+    if family not in MODULES:
+        raise ValueError(f"task family {family!r} is unknown; choose one of {', '.join(FAMILIES)}")
+    templates = getattr(MODULES[family], "TEMPLATES", {}).get(split, {})
+    return list(templates.get("question", []))
+
+
+def question_phrasing(task: Task) -> int | None:
+    """Which of its family's question phrasings the task uses (an index into `question_phrasings`), or None."""
+    m = _QUESTION.search(task.metadata.template)
+    return int(m.group(1)) if m else None
 
 
 def registered(task_id: str) -> Task | None:

@@ -45,6 +45,17 @@ def test_a_starting_adapter_skips_sft() -> None:
                                                                         f"grpo={cfg.run_dir / 'final'}"]
 
 
+def test_a_bad_sft_phrasing_setting_stops_the_plan_before_any_server() -> None:
+    from fathom.entrypoints.launch_cmd import PlanError
+
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--sft.question_phrasings.needle", "[8]"])
+    with pytest.raises(PlanError, match=r"sft.question_phrasings\['needle'\]"):
+        plan(cfg, "configs/smoke.toml", [])
+    started = load_config(ROOT / "configs/smoke.toml", ["--sft.question_phrasings.needle", "[8]",
+                                                        "--trainer.init_adapter", "/adapters/warm"])
+    assert ("stage", "sft") not in _names(plan(started, "configs/smoke.toml", []))  # no SFT stage, nothing to check
+
+
 def _arg(argv, flag):
     return argv[argv.index(flag) + 1] if flag in argv else None
 

@@ -40,3 +40,41 @@ def test_a_solved_episode_gives_rows_tagged_with_the_task_family():
 def test_unsolved_cut_or_too_long_episodes_give_no_rows(factory, max_length):
     rows, summary = record_episode(factory, "code_qa-2k-s500002", max_length)
     assert rows == [] and summary["rows"] == 0
+
+
+def _sft(**over):
+    from fathom.config.sft import SftConfig
+
+    return SftConfig(**{"n_tasks": 24, "families": ["needle", "kv_chain", "code_qa"], "lengths": [2048, 16384],
+                        **over})
+
+
+def test_sft_tasks_keep_only_the_named_question_phrasings():
+    from fathom.entrypoints.sft_cmd import sft_task_ids
+    from fathom.tasks.generate import get_task, question_phrasing
+
+    every = sft_task_ids(_sft())
+    assert every[:3] == ["needle-2k-s500000", "kv_chain-2k-s500001", "code_qa-2k-s500002"]
+    kept = sft_task_ids(_sft(question_phrasings={"needle": [0, 1], "kv_chain": [2]}))
+    assert len(kept) == len(set(kept)) == 24
+    assert [t.split("-")[0] for t in kept] == [t.split("-")[0] for t in every]  # same family and length order
+    assert [t.split("-")[1] for t in kept] == [t.split("-")[1] for t in every]
+    phr = {t: question_phrasing(get_task(t)) for t in kept}
+    assert {phr[t] for t in kept if t.startswith("needle")} <= {0, 1}
+    assert {phr[t] for t in kept if t.startswith("kv_chain")} == {2}
+    assert all(phr[t] is None for t in kept if t.startswith("code_qa"))
+    # without the setting the same seeds give other phrasings too, so the filter did something
+    assert {question_phrasing(get_task(t)) for t in every if t.startswith("needle")} - {0, 1}
+
+
+@pytest.mark.parametrize("phrasings, match", [
+    ({"code_qa": [0]}, "'code_qa', whose questions have no train phrasings"),
+    ({"needle": [8]}, r"indices from 0 to 7 \(the 8 train phrasings of needle\)"),
+    ({"kv_chain": []}, r"kv_chain.*\[\]: give one or more indices"),
+    ({"essay": [0]}, "task family 'essay' is unknown"),
+])
+def test_bad_question_phrasings_name_the_entry(phrasings, match):
+    from fathom.entrypoints.sft_cmd import sft_task_ids
+
+    with pytest.raises(ValueError, match=match):
+        sft_task_ids(_sft(question_phrasings=phrasings))

@@ -131,3 +131,25 @@ def test_same_task_in_a_fresh_process_with_other_hash_seed() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
                          env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout.split()
     assert out == [generate(f, 1000004, 8192).digest() for f in FAMILIES]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_question_phrasing_names_the_template_the_question_uses(family: str) -> None:
+    import re
+
+    from fathom.tasks.generate import question_phrasing, question_phrasings
+
+    options = question_phrasings(family)
+    used = set()
+    for seed in range(24):
+        t = generate(family, seed, 2048)
+        i = question_phrasing(t)
+        if not options:
+            assert i is None
+            continue
+        used.add(i)
+        pattern = ".+".join(re.escape(part) for part in re.split(r"\{\w+\}", options[i]))
+        assert re.search(pattern, t.question), (options[i], t.question)
+    assert used == set(range(len(options)))  # 24 seeds reach every train phrasing
+    with pytest.raises(ValueError, match="task family 'essay' is unknown"):
+        question_phrasings("essay")
