@@ -23,8 +23,7 @@ class SftConfig(FathomModel):
     """Per family, the train split's question phrasings the SFT data may use (indices into the family's train
     templates, `fathom.tasks.generate.question_phrasings`); tasks worded otherwise are skipped and the seeds count
     on. A family not named keeps all its phrasings. GRPO still draws every phrasing, so the phrasings held back
-    here are ones only GRPO sees. needle (8 train phrasings) and kv_chain (7) choose among
-    phrasings; pairs has one."""
+    here are ones only GRPO sees. needle has 8 train phrasings, kv_chain 7 and pairs 1 (docs/main_job.md, demo-10)."""
 
     seed: int = Field(500_000, ge=0, lt=1_000_000)
     """First task seed of the SFT data; seeds count up from here in the train block, clear of the pinned train split (seeds 0-999) that GRPO draws from."""

@@ -55,8 +55,8 @@ _QUESTION = re.compile(r"/q(\d+)(?:\+|$)")
 
 
 def question_phrasings(family: str, split: str = "train") -> list[str]:
-    """The question phrasings a family draws from in one split; empty where its question has no alternatives
-    to choose (code_qa, aggregate and pairs word theirs by operation)."""
+    """The question phrasings a family draws from in one split; empty where the family words its questions by
+    kind of question instead (code_qa, aggregate)."""
     if family not in MODULES:
         raise ValueError(f"task family {family!r} is unknown; choose one of {', '.join(FAMILIES)}")
     templates = getattr(MODULES[family], "TEMPLATES", {}).get(split, {})
