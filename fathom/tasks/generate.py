@@ -14,6 +14,13 @@ _registry: dict[str, Task] = {}
 """Tasks loaded from files or the Hub (see loaders.register); synthetic ids regenerate instead."""
 
 
+def family_module(family: str):
+    """The generator module of a task family; ValueError naming the family and the known ones otherwise."""
+    if family not in MODULES:
+        raise ValueError(f"task family {family!r} is unknown; choose one of {', '.join(FAMILIES)}")
+    return MODULES[family]
+
+
 def generate(family: str, seed: int, length: int, *, distractors: bool | None = None,
              haystack: str | None = None) -> Task:
     """The task for (family, seed, length), identical on every run and, for its gold, on every machine.
@@ -21,8 +28,7 @@ def generate(family: str, seed: int, length: int, *, distractors: bool | None = 
     `distractors` defaults to on for difficulty tiers 1 and 2 (difficulty = seed % 3); passing it
     explicitly adds `-d0`/`-d1` to the id. `haystack` overrides $FATHOM_HAYSTACK (auto, stdlib, synthetic).
     """
-    if family not in MODULES:
-        raise ValueError(f"task family {family!r} is unknown; choose one of {', '.join(FAMILIES)}")
+    module = family_module(family)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed {seed!r} must be a non-negative integer")
     check_length(length)
@@ -32,7 +38,7 @@ def generate(family: str, seed: int, length: int, *, distractors: bool | None = 
     spec = Spec(family=family, seed=seed, length=length, split=split, difficulty=difficulty,
                 distractors=difficulty > 0 if distractors is None else bool(distractors),
                 facts=facts, place=place, haystack_kind=haystack, id_override=distractors)
-    return MODULES[family].generate(spec)
+    return module.generate(spec)
 
 
 def get_task(task_id: str) -> Task:
@@ -57,9 +63,7 @@ _QUESTION = re.compile(r"/q(\d+)(?:\+|$)")
 def question_phrasings(family: str, split: str = "train") -> list[str]:
     """The question phrasings a family draws from in one split; empty where the family words its questions by
     kind of question instead (code_qa, aggregate)."""
-    if family not in MODULES:
-        raise ValueError(f"task family {family!r} is unknown; choose one of {', '.join(FAMILIES)}")
-    templates = getattr(MODULES[family], "TEMPLATES", {}).get(split, {})
+    templates = getattr(family_module(family), "TEMPLATES", {}).get(split, {})
     return list(templates.get("question", []))
 
 
