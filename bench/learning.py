@@ -3,7 +3,8 @@
     python bench/learning.py [RUN_DIR]      # default: runs/smoke, the last `make demo`
 
 Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same
-held-out tasks, paired bootstrap deltas) and `launch.json` (the job's wall time and each step's). Nothing is re-run.
+held-out tasks, paired bootstrap deltas), `launch.json` (the job's wall time and each step's) and `rollouts.jsonl`
+(GRPO's training-time success, first half of the run against the second). Nothing is re-run.
 """
 
 from __future__ import annotations
@@ -16,6 +17,55 @@ from pathlib import Path
 
 def _target(name: str, value: float | None, target: str, met: bool) -> dict:
     return {"name": name, "value": value, "target": target, "met": bool(met)}
+
+
+def _half(rows: list[dict]) -> dict:
+    return {"correct": sum(1 for r in rows if r.get("reward/correct")), "n": len(rows)}
+
+
+def training(run_dir: Path) -> dict | None:
+    """GRPO's own rollouts (`rollouts.jsonl`, T and tasks as trained): right answers by family over the scorable
+    rollouts that finished in the first half of the run, and in the second. The halves split the whole run at its
+    middle rollout, so every family is compared over the same two stretches of training.
+
+    When the run's resolved config keeps SFT to some phrasings (`sft.question_phrasings`), each of those families
+    is also split by the rollout's question phrasing: `sft_saw` (a phrasing of SFT's data) or `grpo_only`.
+    None when the run has no rollouts (no GRPO stage)."""
+    path = run_dir / "rollouts.jsonl"
+    if not path.is_file():
+        return None
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    scored = sorted((r for r in records if not r.get("unscorable")), key=lambda r: r["time"])
+    mid = len(scored) // 2
+    halves = {"first": scored[:mid], "second": scored[mid:]}
+    from fathom.tasks.record import parse_id
+
+    def family(r: dict) -> str:
+        return parse_id(r["task_id"])[0]
+
+    out: dict = {"rollouts": len(records), "unscorable": len(records) - len(scored), "by_family": {}}
+    for fam in sorted({family(r) for r in scored}):
+        out["by_family"][fam] = {h: _half([r for r in rows if family(r) == fam]) for h, rows in halves.items()}
+    config_path = run_dir / "config.resolved.json"
+    keep = json.loads(config_path.read_text()).get("sft", {}).get("question_phrasings") if config_path.is_file() else {}
+    if keep:
+        from fathom.tasks.generate import get_task, question_phrasing
+
+        seen: dict[str, bool] = {}  # task id -> SFT's data used its phrasing (each task generated once)
+
+        def sft_saw(r: dict) -> bool:
+            tid = r["task_id"]
+            if tid not in seen:
+                seen[tid] = question_phrasing(get_task(tid)) in keep[family(r)]
+            return seen[tid]
+
+        out["by_phrasing"] = {
+            fam: {label: {h: _half([r for r in rows if family(r) == fam and sft_saw(r) == want])
+                          for h, rows in halves.items()}
+                  for label, want in (("sft_saw", True), ("grpo_only", False))}
+            for fam in sorted(set(keep) & set(out["by_family"]))
+        }
+    return out
 
 
 def evaluate(run_dir: Path) -> dict:
@@ -45,6 +95,7 @@ def evaluate(run_dir: Path) -> dict:
         "wall_min": None if wall_s is None else round(wall_s / 60, 1),
         # Where the wall time went: each server's start and each stage, in minutes (runs before it was recorded: {}).
         "step_min": {k: round(v / 60, 1) for k, v in launch.get("step_s", {}).items()},
+        "training": training(run_dir),
         "targets": [
             _target("sft_minus_base_pass1", d_sft, ">= 0.30", d_sft is not None and d_sft >= 0.30),
             _target("grpo_minus_sft_paired_ci_low", None if not ci else ci[0], "> 0 (95% paired bootstrap)",

@@ -113,3 +113,29 @@ def test_stage_progress_lines_carry_the_stage_label(capsys) -> None:
     assert lines[1].startswith("[grpo] 2/2 pairs-4k-s2: error") and "correct so far 1, unscorable 1" in lines[1]
     _progress(1)("base", ok)
     assert capsys.readouterr().err.startswith("[base] 1/1")
+
+
+def test_learning_bench_reads_training_success_by_half_and_by_phrasing(tmp_path: Path) -> None:
+    from fathom.tasks.generate import get_task, question_phrasing
+
+    ids = [f"needle-2k-s{s}" for s in range(40)]
+    saw = next(t for t in ids if question_phrasing(get_task(t)) == 0)
+    other = next(t for t in ids if question_phrasing(get_task(t)) == 5)
+    # In finishing order: the first half is right once in 3 (the SFT phrasing), the second twice (the other one).
+    rows = [(saw, 1.0), (saw, 0.0), (other, 0.0), (other, 1.0), (other, 1.0), ("kv_chain-2k-s3", 0.0)]
+    lines = [{"time": 100.0 + i, "task_id": t, "reward/correct": c, "unscorable": False}
+             for i, (t, c) in enumerate(rows)]
+    lines.insert(2, {"time": 101.5, "task_id": other, "unscorable": True, "reward": None})
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(lines)))
+    (tmp_path / "config.resolved.json").write_text(json.dumps({"sft": {"question_phrasings": {"needle": [0, 1]}}}))
+    out = _learning().training(tmp_path)
+    assert out["rollouts"] == 7 and out["unscorable"] == 1
+    assert out["by_family"]["needle"] == {"first": {"correct": 1, "n": 3}, "second": {"correct": 2, "n": 2}}
+    assert out["by_family"]["kv_chain"] == {"first": {"correct": 0, "n": 0}, "second": {"correct": 0, "n": 1}}
+    needle = out["by_phrasing"]["needle"]
+    assert needle["sft_saw"] == {"first": {"correct": 1, "n": 2}, "second": {"correct": 0, "n": 0}}
+    assert needle["grpo_only"] == {"first": {"correct": 0, "n": 1}, "second": {"correct": 2, "n": 2}}
+    assert set(out["by_phrasing"]) == {"needle"}
+    (tmp_path / "config.resolved.json").write_text(json.dumps({"sft": {"question_phrasings": {}}}))
+    assert "by_phrasing" not in _learning().training(tmp_path)
+    assert _learning().training(tmp_path / "no-grpo") is None
