@@ -21,12 +21,14 @@ class SftConfig(FathomModel):
 
     question_phrasings: dict[str, list[int]] = {}
     """Per family, the train split's question phrasings the SFT data may use (indices into the family's train
-    templates, `fathom.tasks.generate.question_phrasings`); tasks worded otherwise are skipped and the seeds count
-    on. A family not named keeps all its phrasings. GRPO still draws every phrasing, so the phrasings held back
-    here are ones only GRPO sees. needle has 8 train phrasings, kv_chain 7 and pairs 1 (docs/main_job.md, demo-10)."""
+    templates, `fathom.tasks.generate.question_phrasings`); a task worded otherwise is replaced by the same slot's
+    next seed, `n_tasks` further on, so the other families' tasks stay as they were. A family not named keeps all its
+    phrasings. GRPO still draws every phrasing, so the phrasings held back here are ones only GRPO sees. needle has 8
+    train phrasings, kv_chain 7 and pairs 1 (docs/main_job.md, demo-10 and demo-11)."""
 
     seed: int = Field(500_000, ge=0, lt=1_000_000)
-    """First task seed of the SFT data; seeds count up from here in the train block, clear of the pinned train split (seeds 0-999) that GRPO draws from."""
+    """First task seed of the SFT data; task i takes seed `seed + i` in the train block, clear of the pinned train
+    split (seeds 0-999) that GRPO draws from."""
 
     fix_fraction: float = Field(0.25, ge=0.0, le=1.0)
     """Share of episodes whose first turn is a wrong attempt (an error or an empty result) fixed in the next turn."""

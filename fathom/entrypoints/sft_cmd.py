@@ -35,23 +35,30 @@ def check_phrasings(sft: Any) -> None:
 
 
 def sft_task_ids(sft: Any) -> list[str]:
-    """The SFT data's tasks: families and lengths round-robin, seeds counting up in the train block, skipping
-    the seeds whose question is worded in a phrasing `sft.question_phrasings` leaves out.
+    """The SFT data's tasks: families and lengths round-robin, slot i on seed `sft.seed + i` in the train block.
 
-    ValueError names a bad `sft.question_phrasings` entry."""
+    A slot whose family `sft.question_phrasings` narrows, and whose question is worded in a phrasing left out,
+    moves on by whole strides of `n_tasks` seeds (`sft.seed + i + k * n_tasks`) until one is kept. Each slot keeps
+    to its own seeds, so narrowing one family's phrasings leaves every other family's tasks as they were.
+
+    ValueError names a bad `sft.question_phrasings` entry, or settings that would run past the train block."""
     from fathom.tasks.generate import generate, question_phrasing
-    from fathom.tasks.record import make_id
+    from fathom.tasks.record import SEED_BLOCK, make_id
 
     check_phrasings(sft)
-    fams, lens = sft.families, sft.lengths
-    ids, seed = [], sft.seed
-    for i in range(sft.n_tasks):
+    fams, lens, n = sft.families, sft.lengths, sft.n_tasks
+    ids = []
+    for i in range(n):
         fam, length = fams[i % len(fams)], lens[(i // len(fams)) % len(lens)]
         keep = sft.question_phrasings.get(fam)
-        while keep is not None and question_phrasing(generate(fam, seed, length)) not in keep:
-            seed += 1
+        seed = sft.seed + i
+        while seed < SEED_BLOCK and keep is not None and question_phrasing(generate(fam, seed, length)) not in keep:
+            seed += n
+        if seed >= SEED_BLOCK:
+            raise ValueError(f"sft.seed = {sft.seed} with sft.n_tasks = {n}: SFT task {i} ({fam}) ran past the train "
+                             f"seed block (seeds below {SEED_BLOCK}). Lower sft.seed or sft.n_tasks, or keep more "
+                             f"of {fam}'s phrasings in sft.question_phrasings.")
         ids.append(make_id(fam, seed, length))
-        seed += 1
     return ids
 
 

@@ -63,8 +63,18 @@ def test_sft_tasks_keep_only_the_named_question_phrasings():
     assert {phr[t] for t in kept if t.startswith("needle")} <= {0, 1}
     assert {phr[t] for t in kept if t.startswith("kv_chain")} == {2}
     assert all(phr[t] is None for t in kept if t.startswith("code_qa"))
+    # a family the setting does not name keeps exactly its tasks; a narrowed slot stays on its own seeds
+    assert [t for t in kept if t.startswith("code_qa")] == [t for t in every if t.startswith("code_qa")]
+    assert all((int(t.rsplit("-s", 1)[1]) - 500_000) % 24 == i for i, t in enumerate(kept))
     # without the setting the same seeds give other phrasings too, so the filter did something
     assert {question_phrasing(get_task(t)) for t in every if t.startswith("needle")} - {0, 1}
+
+
+def test_sft_tasks_past_the_train_seed_block_name_the_settings():
+    from fathom.entrypoints.sft_cmd import sft_task_ids
+
+    with pytest.raises(ValueError, match=r"sft.seed = 999990 with sft.n_tasks = 24: SFT task 10 \(kv_chain\)"):
+        sft_task_ids(_sft(seed=999_990))
 
 
 @pytest.mark.parametrize("phrasings, match", [
