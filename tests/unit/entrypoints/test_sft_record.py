@@ -52,6 +52,7 @@ def _sft(**over):
 def test_sft_tasks_keep_only_the_named_question_phrasings():
     from fathom.entrypoints.sft_cmd import sft_task_ids
     from fathom.tasks.generate import get_task, question_phrasing
+    from fathom.tasks.record import parse_id
 
     every = sft_task_ids(_sft())
     assert every[:3] == ["needle-2k-s500000", "kv_chain-2k-s500001", "code_qa-2k-s500002"]
@@ -65,7 +66,7 @@ def test_sft_tasks_keep_only_the_named_question_phrasings():
     assert all(phr[t] is None for t in kept if t.startswith("code_qa"))
     # a family the setting does not name keeps exactly its tasks; a narrowed slot stays on its own seeds
     assert [t for t in kept if t.startswith("code_qa")] == [t for t in every if t.startswith("code_qa")]
-    assert all((int(t.rsplit("-s", 1)[1]) - 500_000) % 24 == i for i, t in enumerate(kept))
+    assert all((parse_id(t)[1] - 500_000) % 24 == i for i, t in enumerate(kept))
     # without the setting the same seeds give other phrasings too, so the filter did something
     assert {question_phrasing(get_task(t)) for t in every if t.startswith("needle")} - {0, 1}
 
