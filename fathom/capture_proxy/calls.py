@@ -89,12 +89,16 @@ async def handle_call(state: ProxyState, kind: str, request: Request) -> Respons
     session.calls_by_role[role] = session.calls_by_role.get(role, 0) + 1
 
     t_up = time.perf_counter()
+    # The weights' version when the call is sent and when it is answered: under merged sync a sync that lands in
+    # between (vLLM paused with in-flight requests kept) makes the turn's tokens come from two policies.
+    record.metadata["policy_version_start"] = _version_now(state, session)
     try:
         resp = await state.upstream.post(PATHS[kind], orjson.dumps(prep.body))
     except UpstreamError as e:
         state.upstream_ok = False
         return _failed(state, session, record, e.kind, f"policy server call failed: {e}", headers)
     up_s = time.perf_counter() - t_up
+    record.metadata["policy_version"] = _version_now(state, session)
     state.upstream_ok = True
     if resp.status != 200:
         detail = resp.body[:300].decode("utf-8", "replace")
@@ -156,7 +160,9 @@ def _capture(state: ProxyState, session: Session, record: CallRecord, kind: str,
     role_trainable = session.trainable and record.role in state.trainable_roles
     meta: dict[str, Any] = {
         "call_index": record.index, "role": record.role, "depth": record.depth, "parent_call_id": record.parent,
-        "policy_version": _version_now(state, session), "model": session.model, "finish_reason": cap.finish_reason,
+        "policy_version": record.metadata["policy_version"],
+        "policy_version_start": record.metadata["policy_version_start"],
+        "model": session.model, "finish_reason": cap.finish_reason,
         "latency_s": round(up_s, 6), "episode_id": session.metadata.get("episode_id"),
         "trainable": role_trainable, "valid": True, "kind": kind,
     }
@@ -186,8 +192,8 @@ def _capture(state: ProxyState, session: Session, record: CallRecord, kind: str,
 
 
 def _version_now(state: ProxyState, session: Session) -> int:
-    # Under merged sync the weights change in place, so a call records the sync count current at
-    # call time; under adapter sync the pinned adapter is the version.
+    # Under merged sync the weights change in place, so a call records the sync count current when it is sent
+    # and when it is answered; under adapter sync the pinned adapter is the version.
     if state.pinner.weight_sync == "merged":
         return state.pinner.merged_version
     return session.policy_version

@@ -1,4 +1,11 @@
-"""What TRL's rollout child does with a scored group before the trainer sees it: two optional changes.
+"""What TRL's rollout child does with a scored group before the trainer sees it: each sample's policy version, and
+two optional changes.
+
+- Policy version: TRL stamps every sample with the version current when its group was formed. Under merged sync the
+  weights change under a running episode, so the loop restamps each sample with the oldest version that sampled
+  any of its trained turns (the capture proxy records a version when each call is sent and when it is answered),
+  and marks a sample whose turns span a sync `sample/policy_versions_mixed` = 1. The trainer never counts a mixed
+  sample on-policy (`trainer/grpo.py`), and TRL's staleness is measured from its oldest tokens.
 
 - `drop_flat_groups`: a group whose rewards are all equal (all right, all wrong, or all unscorable) gets
   advantage 0 on every sample. TRL still queues those samples: the trainer spends a full forward and backward on
@@ -27,7 +34,23 @@ from typing import Any
 
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
+from fathom.rollout_worker.session import forget_trace_versions, last_trace_versions
+
 log = logging.getLogger(__name__)
+
+MIXED = "sample/policy_versions_mixed"
+"""Per-sample metric: 1.0 when the sample's trained turns came from more than one weights version."""
+
+
+def stamp_versions(samples: Sequence[Any], versions: dict[int, tuple[int, int]]) -> None:
+    """Give each sample the oldest policy version of its episode's trained turns and the MIXED flag, from
+    `versions` keyed by id(sample.completion) (every row of one episode shares that object). Samples of an
+    episode with no recorded versions keep TRL's group version."""
+    for s in samples:
+        span = versions.get(id(s.completion))
+        if span is not None:
+            s.model_version = span[0]
+            s.metrics[MIXED] = float(span[0] != span[1])
 
 
 def is_flat(advantages: list[float]) -> bool:
@@ -83,10 +106,24 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
             pin_process(cpu_cores)
         self.drop_flat_groups = drop_flat_groups
         self.balance_lengths = balance_lengths
+        self._versions: dict[int, tuple[int, int]] = {}
+        """(oldest, newest) policy version per finished episode, by id of its completion messages; an entry
+        lives until its group is scored (the group holds the messages, so the id is not reused before)."""
         super().__init__(**loop_kwargs)
+
+    def _run_session(self, prompt, group_id=0):  # noqa: ANN001 - TRL's pool-thread rollout
+        forget_trace_versions()
+        rollout, metrics = super()._run_session(prompt, group_id)
+        versions = last_trace_versions()
+        if metrics is not None and versions is not None:
+            self._versions[id(rollout[0])] = versions
+        return rollout, metrics
 
     async def _score_group(self, group):  # noqa: ANN001 - TRL's RolloutGroup
         samples = await super()._score_group(group)
+        stamp_versions(samples, self._versions)
+        for completion in group.completions:
+            self._versions.pop(id(completion), None)
         flat = is_flat([s.advantage for s in samples])
         self._push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0)})
         if flat and self.drop_flat_groups:

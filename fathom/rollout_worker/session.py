@@ -23,9 +23,9 @@ from fathom.rollout_worker.balance import LeastInFlight
 
 log = logging.getLogger(__name__)
 
-# verify() and TRL's rollout reward function run back to back on the same pool thread
-# (_HarnessRolloutLoop._run_session); this hands the episode result from one to the other.
-_last_verified = threading.local()
+# fetch_training_trace(), verify() and TRL's rollout reward function run back to back on the same pool thread
+# (_HarnessRolloutLoop._run_session); this hands the episode result and the trace's policy versions on.
+_this_rollout = threading.local()
 
 
 class InvalidCaptureError(ValueError):
@@ -49,7 +49,34 @@ def task_id_of(task: Any) -> str:
 
 def last_verified() -> EpisodeResult | None:
     """The episode result the last verify() on this thread returned a reward for."""
-    return getattr(_last_verified, "result", None)
+    return getattr(_this_rollout, "result", None)
+
+
+def last_trace_versions() -> tuple[int, int] | None:
+    """(oldest, newest) policy version of the trained turns of the last trace fetched on this thread, or None."""
+    return getattr(_this_rollout, "versions", None)
+
+
+def forget_trace_versions() -> None:
+    """Clear `last_trace_versions` before a rollout, so a failed fetch cannot leave the previous one's."""
+    _this_rollout.versions = None
+
+
+def policy_versions(turns: list[Any]) -> tuple[int, int] | None:
+    """(oldest, newest) weights version that sampled any of these captured turns, from the proxy's per-call
+    `policy_version_start` (sent) and `policy_version` (answered); None when no turn carries a version.
+
+    Under merged sync the weights change under a running episode: a sync between two turns, or during one, gives
+    oldest < newest, and then the episode's tokens do not all come from one policy."""
+    lo = hi = None
+    for t in turns:
+        end = t.metadata.get("policy_version")
+        if end is None:
+            continue
+        start = t.metadata.get("policy_version_start", end)
+        lo = start if lo is None else min(lo, start)
+        hi = end if hi is None else max(hi, end)
+    return None if lo is None else (int(lo), int(hi))
 
 
 class FathomSession(ResourceSession):
@@ -115,6 +142,7 @@ class FathomSession(ResourceSession):
         # Only trainable (root) turns go to TRL: a zero-masked sub-call between two root turns has a different
         # prompt, so TRL's chaining would fork the conversation into one row per root turn.
         keep = [t for t in trace.turns if t.metadata.get("trainable", any(t.loss_mask))]
+        _this_rollout.versions = policy_versions(keep)
         return TrainingTrace(schema_version=1, turns=keep)
 
     def verify(self, transcript: list[dict[str, Any]], final_state: Any | None = None) -> VerifyResult:
@@ -122,7 +150,7 @@ class FathomSession(ResourceSession):
         if res is None or res.status not in ("done", "error"):
             res = self.env.get(self.episode_id)
             self.result = res
-        _last_verified.result = res
+        _this_rollout.result = res
         scorable = res.status == "done" and res.reward is not None
         metrics = episode_metrics(res)
         return VerifyResult(env_reward=float(res.reward) if scorable else None, done=True, metrics=metrics,

@@ -3,8 +3,9 @@ anchor (`anchor.py`: the warm start's loss on teacher rows, added to each micro-
 every trained token id.
 
 Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
-with. Off-policy samples differ by the policy update, which is drift, not mismatch; they are logged apart
-as `offpolicy/abs_ratio_minus_1`. Even at max_staleness 0 most are off-policy after step 1: accelerate's
+with, every turn of it (the rollout loop stamps the oldest version of its turns and flags a sample whose turns
+span a sync, `rollout_worker/groups.py`). Off-policy samples differ by the policy update, which is drift, not
+mismatch; they are logged apart as `offpolicy/abs_ratio_minus_1`. Even at max_staleness 0 most are off-policy after step 1: accelerate's
 dispatcher forms the next batch while the current one trains (measured: the step-2 batch was read at
 version 1 and trained at version 2), and the token-budget batcher carries one sample over each boundary.
 """
@@ -21,6 +22,8 @@ import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 
+from fathom.rollout_worker.groups import MIXED
+
 STAGING = ".staging"
 
 
@@ -29,14 +32,16 @@ class CheckpointWriteError(RuntimeError):
 
 
 class _VersionTap:
-    """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read."""
+    """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read; None
+    for a sample whose turns came from more than one version (a weight sync landed inside its episode)."""
 
-    def __init__(self, queue: Any, versions: dict[int, int]):
+    def __init__(self, queue: Any, versions: dict[int, int | None]):
         self.queue, self.versions = queue, versions
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         sample = self.queue.get(*args, **kwargs)
-        self.versions[hash(tuple(sample.input_ids))] = sample.model_version
+        mixed = sample.metrics.get(MIXED, 0.0) if isinstance(sample.metrics, dict) else 0.0
+        self.versions[hash(tuple(sample.input_ids))] = None if mixed else sample.model_version
         return sample
 
     def qsize(self) -> int:
@@ -54,7 +59,7 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
 
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()
-        self._sample_versions: dict[int, int] = {}
+        self._sample_versions: dict[int, int | None] = {}
         if self._rollout_dataset is not None:
             self._rollout_dataset.queue = _VersionTap(self._rollout_dataset.queue, self._sample_versions)
         return loader

@@ -102,11 +102,14 @@ class MergedSync:
         if not r.json().get("success", False):
             raise WeightSyncError("vLLM could not reset its prefix cache after a weight reload; "
                                   "old-policy KV would be reused")
-        self._post(f"{self.vllm_url}/resume")
+        # The proxy learns the new version while vLLM is still paused: a call answered after this was sent at the
+        # old version only if the sync caught it in flight, and then its turn records both versions
+        # (`policy_version_start` < `policy_version`), so the trainer never counts old-weight tokens on-policy.
         if self.proxy_url:
             version = (self.trainer.model_version if self.trainer is not None else len(self.sync_seconds)) + 1
             self._post(f"{self.proxy_url}/policy/version", json={"version": version})
             self._record(version=version)
+        self._post(f"{self.vllm_url}/resume")
         self.sync_seconds.append(time.monotonic() - self._t0)
 
     def _metric(self, key: str, value: float) -> None:

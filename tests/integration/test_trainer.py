@@ -172,6 +172,8 @@ def test_mismatch_below_1e_3_in_fp32(trained):
     # on-policy tokens only; step 1 always has them (batches after it are formed one step ahead, see grpo.py)
     assert values and max(values) < 1e-3
     assert rows[0]["mismatch/on_policy_token_frac"] == 1.0
+    # every sample carries whether its turns span a weight sync (those never count on-policy)
+    assert all(0.0 <= row["sample/policy_versions_mixed"] <= 1.0 for row in rows)
 
 
 def test_failed_episode_is_unscorable_and_training_went_on(trained):

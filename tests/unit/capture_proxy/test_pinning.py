@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from fathom.capture_proxy.pinning import newest_adapter
 
 USER = [{"role": "user", "content": "hi"}]
@@ -54,6 +56,33 @@ def test_merged_sync_uses_base_name_and_reported_count(make_proxy, engine):
     assert proxy.http.post("/policy/version", json={"version": 2}).status_code == 409
     assert proxy.http.post("/policy/version", json={"version": "x"}).status_code == 400
     assert proxy.http.get("/policy").json()["resolved"] == {"model": "fake-base", "version": 3}
+
+
+def test_a_sync_during_a_call_is_recorded_as_two_versions(make_proxy, engine):
+    """Merged weights change under an in-flight call (vLLM keeps it paused through the reload): the turn records
+    the version it was sent at and the one it was answered at, so the trainer can tell it spans two policies."""
+    import threading
+
+    fake, _ = engine
+    proxy = make_proxy(weight_sync="merged")
+    info = proxy.open()
+    proxy.chat(info["session_id"], USER)  # no sync: one version
+    fake.delay_s = 1.0
+    answered: list = []
+    call = threading.Thread(target=lambda: answered.append(proxy.chat(info["session_id"], USER)))
+    call.start()
+    deadline = time.monotonic() + 10
+    while len(fake.requests) < 2:  # the call has reached the engine
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert proxy.http.post("/policy/version", json={"version": 1}).status_code == 200
+    call.join(timeout=30)
+    assert answered and answered[0].status_code == 200
+    fake.delay_s = 0.0
+    proxy.chat(info["session_id"], USER)  # sent after the sync: the new version only
+    turns = proxy.http.get(f"/sessions/{info['session_id']}/trace").json()["turns"]
+    spans = [(t["metadata"]["policy_version_start"], t["metadata"]["policy_version"]) for t in turns]
+    assert spans == [(0, 0), (0, 1), (1, 1)]
 
 
 def test_policy_version_report_is_refused_under_adapter_sync(proxy):

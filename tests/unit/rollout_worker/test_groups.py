@@ -11,11 +11,12 @@ from types import SimpleNamespace
 import pytest
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from fathom.rollout_worker.groups import FathomRolloutLoop, FathomRolloutWorker, is_flat, length_balance
+from fathom.rollout_worker.groups import MIXED, FathomRolloutLoop, FathomRolloutWorker, is_flat, length_balance
 
 
-def _row(advantage: float, completion: object, trained: int, untrained: int = 5) -> SimpleNamespace:
-    return SimpleNamespace(advantage=advantage, completion=completion, completion_mask=[0] * untrained + [1] * trained)
+def _row(advantage: float, completion: object, trained: int, untrained: int = 5, version: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(advantage=advantage, completion=completion, completion_mask=[0] * untrained + [1] * trained,
+                           model_version=version, metrics={"reward": advantage})
 
 
 def _score(monkeypatch, samples: list, **switches) -> tuple[list, list]:
@@ -26,9 +27,11 @@ def _score(monkeypatch, samples: list, **switches) -> tuple[list, list]:
     loop = object.__new__(FathomRolloutLoop)  # no child process: only the override runs
     loop.drop_flat_groups = switches.get("drop_flat_groups", False)
     loop.balance_lengths = switches.get("balance_lengths", False)
+    loop._versions = switches.get("versions", {})
     pushed: list[dict] = []
     loop._push_metrics = pushed.append
-    kept = asyncio.run(loop._score_group(SimpleNamespace(group_id=7)))
+    completions = list({id(s.completion): s.completion for s in samples}.values())
+    kept = asyncio.run(loop._score_group(SimpleNamespace(group_id=7, completions=completions)))
     return kept, pushed
 
 
@@ -99,6 +102,47 @@ def test_episode_without_trained_tokens_is_left_alone():
     length_balance(rows)
     assert [r.advantage for r in rows] == pytest.approx([1.5, -1.0, -0.75])
     assert length_balance([_row(1.0, object(), 300)]) == 1.0
+
+
+def test_samples_take_their_episodes_oldest_version_and_a_sync_inside_one_is_flagged(monkeypatch):
+    # TRL stamped the group's version (3) on every row; the episodes ran at 3, across the 3 -> 4 sync, and at 4.
+    same, spans, later = object(), object(), object()
+    rows = [_row(1.0, same, 10, version=3), _row(-1.0, spans, 10, version=3), _row(-1.0, spans, 10, version=3),
+            _row(1.0, later, 10, version=3)]
+    versions = {id(same): (3, 3), id(spans): (3, 4), id(later): (4, 4)}
+    kept, _ = _score(monkeypatch, rows, versions=versions)
+    assert [r.model_version for r in kept] == [3, 3, 3, 4]
+    assert [r.metrics[MIXED] for r in kept] == [0.0, 1.0, 1.0, 0.0]
+    assert versions == {}  # forgotten once the group is scored
+
+
+def test_an_episode_without_recorded_versions_keeps_trls_stamp(monkeypatch):
+    kept, _ = _score(monkeypatch, [_row(1.0, object(), 10, version=5), _row(-1.0, object(), 10, version=5)])
+    assert [r.model_version for r in kept] == [5, 5] and all(MIXED not in r.metrics for r in kept)
+
+
+def test_run_session_records_the_fetched_traces_versions(monkeypatch):
+    from fathom.rollout_worker import session as sess
+
+    completion = [{"role": "assistant", "content": "x"}]
+
+    def parent_run(self, prompt, group_id=0):
+        sess._this_rollout.versions = (2, 3)  # what fetch_training_trace leaves on this thread
+        return (completion, [], [], 0, 0, 1.0), {"turns": 2}
+
+    monkeypatch.setattr(_HarnessRolloutLoop, "_run_session", parent_run)
+    loop = object.__new__(FathomRolloutLoop)
+    loop._versions = {}
+    loop._run_session("needle-1k-s1")
+    assert loop._versions == {id(completion): (2, 3)}
+
+    def failed_run(self, prompt, group_id=0):  # a rollout that never fetched a trace leaves no stale versions
+        return ([], [], [], 0, 0, None), None
+
+    monkeypatch.setattr(_HarnessRolloutLoop, "_run_session", failed_run)
+    loop._versions = {}
+    loop._run_session("needle-1k-s1")
+    assert loop._versions == {} and sess.last_trace_versions() is None
 
 
 def test_the_spawned_child_runs_our_loop_with_the_switches():

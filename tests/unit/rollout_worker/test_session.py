@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from fathom.rollout_worker.rewards import EnvReward, RolloutLog, read_new, summarize
-from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError, last_verified,
-                                           task_id_of)
+from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError,
+                                           last_trace_versions, last_verified, policy_versions, task_id_of)
 
 TURN = {"node_id": "c1", "prompt_token_ids": [1, 2], "completion_token_ids": [3, 4], "per_token_logps": [-0.1, -0.2],
         "loss_mask": [0, 0, 1, 1], "metadata": {"trainable": True, "role": "root"}}
@@ -83,6 +83,29 @@ def test_verify_forwards_the_env_servers_reward_and_the_trace_keeps_trainable_tu
     s.close()
     s.close()
     assert s.factory.proxy  # closing twice is harmless
+
+
+def test_fetched_trace_leaves_its_trained_turns_versions_for_the_loop(tmp_path):
+    fake = Fake()
+    s = factory(fake, tmp_path).create("needle-1k-s1", seed=7, episode_id="e1")
+    TURN["metadata"].update(policy_version_start=3, policy_version=4)
+    SUB["metadata"].update(policy_version_start=1, policy_version=1)  # not trained: does not count
+    try:
+        s.fetch_training_trace()
+    finally:
+        for t in (TURN, SUB):
+            t["metadata"].pop("policy_version_start"), t["metadata"].pop("policy_version")
+    assert last_trace_versions() == (3, 4)
+
+
+def test_policy_versions_span_every_turn_sent_to_answered():
+    from types import SimpleNamespace as T
+
+    assert policy_versions([T(metadata={"policy_version_start": 2, "policy_version": 2}),
+                            T(metadata={"policy_version_start": 2, "policy_version": 3})]) == (2, 3)
+    assert policy_versions([T(metadata={"policy_version": 5}), T(metadata={"policy_version": 5})]) == (5, 5)
+    assert policy_versions([T(metadata={"policy_version": 4}), T(metadata={"policy_version": 6})]) == (4, 6)
+    assert policy_versions([T(metadata={}), T(metadata={"role": "root"})]) is None
 
 
 def test_errored_episode_is_unscorable_none_not_zero(tmp_path):

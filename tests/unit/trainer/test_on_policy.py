@@ -1,0 +1,34 @@
+"""Which packed tokens count as on-policy for the mismatch metric: a sample drawn wholly from the trainer's weights."""
+
+from __future__ import annotations
+
+import queue
+from types import SimpleNamespace
+
+import torch
+
+from fathom.rollout_worker.groups import MIXED
+from fathom.trainer.grpo import FathomGRPOTrainer, _VersionTap
+
+
+def _sample(ids: list[int], version: int, mixed: float | None = None) -> SimpleNamespace:
+    metrics = {"reward": 1.0} if mixed is None else {"reward": 1.0, MIXED: mixed}
+    return SimpleNamespace(input_ids=ids, model_version=version, metrics=metrics)
+
+
+def test_a_sample_whose_episode_spans_a_sync_is_never_on_policy():
+    q: queue.Queue = queue.Queue()
+    samples = [_sample([1, 2, 3], 4, 0.0), _sample([4, 5], 4, 1.0), _sample([6, 7, 8, 9], 3), _sample([10], 4)]
+    for s in samples:
+        q.put(s)
+    versions: dict = {}
+    tap = _VersionTap(q, versions)
+    assert [tap.get() for _ in samples] == samples
+    trainer = object.__new__(FathomGRPOTrainer)  # no model: only the bookkeeping runs
+    trainer._sample_versions, trainer.model_version = versions, 4
+    ids = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
+    pos = torch.tensor([0, 1, 2, 0, 1, 0, 1, 2, 3, 0])  # four packed samples
+    on = trainer._on_policy_tokens(ids, pos)
+    # on-policy: drawn at 4 in one piece; mixed (3 -> 4 inside the episode) and stale (3) are not
+    assert on.tolist() == [True] * 3 + [False] * 2 + [False] * 4 + [True]
+    assert versions == {}  # each sample's entry is used once
