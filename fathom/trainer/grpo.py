@@ -5,9 +5,10 @@ every trained token id.
 Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
 with, every turn of it (the rollout loop stamps the oldest version of its turns and flags a sample whose turns
 span a sync, `rollout_worker/groups.py`). Off-policy samples differ by the policy update, which is drift, not
-mismatch; they are logged apart as `offpolicy/abs_ratio_minus_1`. Even at max_staleness 0 most are off-policy after step 1: accelerate's
-dispatcher forms the next batch while the current one trains (measured: the step-2 batch was read at
-version 1 and trained at version 2), and the token-budget batcher carries one sample over each boundary.
+mismatch; they are logged apart as `offpolicy/abs_ratio_minus_1`. Even at max_staleness 0 most are off-policy
+after step 1: accelerate's dispatcher forms the next batch while the current one trains (measured: the step-2
+batch was read at version 1 and trained at version 2), and the token-budget batcher carries one sample over each
+boundary.
 """
 
 from __future__ import annotations
