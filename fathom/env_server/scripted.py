@@ -4,8 +4,8 @@ It reads the RLM scaffold's chat (the question is in the first user message; the
 never is) and answers with code. `reference` writes each task family's working solution
 (`fathom.tasks.reference_solution`), which proves every task is solvable with the tools.
 `no_tools` answers from the question alone and should score close to 0. `teach` is `reference`
-with a wrong first attempt in a share of episodes (a key copied one letter short, a typo that raises, or a look
-at the text without an answer), fixed on the next turn: the SFT teacher (`fathom sft`). The others
+with a wrong first attempt in a share of episodes (a typo that raises, or a look at the text
+without an answer), fixed on the next turn: the SFT teacher (`fathom sft`). The others
 exercise the harness: sub-calls and nested episodes, replies without code, crashing code.
 
 Responses are shaped like vLLM's (usage, `prompt_token_ids`, per-choice `token_ids` and
@@ -71,19 +71,10 @@ def _share(salt: str, question: str) -> float:
     return zlib.crc32(f"{salt}/{question}".encode()) / 2**32
 
 
-_KEY_LINE = re.compile(r"^KEY = '([a-z]+-[a-z]+)'$", re.MULTILINE)
-
-
 def wrong_attempt(question: str, program: str) -> str:
-    """A first turn that does not answer. A key-lookup program (needle, kv_chain) mostly gets its key copied one
-    letter short, the slip the embedded model makes most (a key no line names, so the program prints "no value
-    found for ..."); otherwise `program` with a typo that raises NameError, or a look at the text."""
-    share = _share("kind", question)
-    key = _KEY_LINE.search(program)
-    if key and share < 0.5:
-        return _repl(program[:key.start(1)] + key.group(1)[:-1] + program[key.end(1):])
+    """A first turn that does not answer: `program` with a typo that raises NameError, or a look at the text."""
     typo = re.sub(r"\bcontext\b(?=\.)", "contxt", program, count=1)
-    if (share < 0.75 if key else share < 0.5) and typo != program:
+    if _share("kind", question) < 0.5 and typo != program:
         return _repl(typo)
     return _repl("print(len(context))\nprint(context[:300])")
 

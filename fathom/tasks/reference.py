@@ -3,8 +3,7 @@
 The source runs inside the sandboxed REPL, so it keeps to what that sandbox allows: only
 whitelisted imports (re), no names starting with an underscore, no dunders, no open/eval,
 no tuple unpacking or augmented assignment (RestrictedPython needs extra guards for those),
-and only the most basic builtins (len, range, int, str, set, list). It ends in FINAL(...), except that the
-key-lookup programs (needle, kv_chain) print "no value found for KEY" instead of FINAL(None).
+and only the most basic builtins (len, range, int, str, set, list). It ends in FINAL(...).
 It powers a scripted model that sees only the chat prompt, so it is given only the question.
 """
 
@@ -36,14 +35,6 @@ def key_pattern(key):
     return re.compile("(?<![A-Za-z-])" + re.escape(key) + "(?![A-Za-z-])")
 '''
 
-# A key no fact line names (a key copied wrong from the question) prints so, and the next turn can fix it;
-# FINAL(None) would end the episode on the slip.
-_ANSWER_OR_SAY = '''if answer is None:
-    print("no value found for " + KEY)
-else:
-    FINAL(answer)
-'''
-
 _NEEDLE = _LINE + '''
 answer = None
 for m in key_pattern(KEY).finditer(context):
@@ -52,7 +43,8 @@ for m in key_pattern(KEY).finditer(context):
     if nums and not is_stale(line):
         answer = nums[len(nums) - 1]
         break
-''' + _ANSWER_OR_SAY
+FINAL(answer)
+'''
 
 _CHAIN = _LINE + '''
 keys = re.compile(r"[a-z]+-[a-z]+")
@@ -75,7 +67,8 @@ while answer is None and cur is not None and cur not in seen:
             answer = nums[len(nums) - 1]
             break
     cur = nxt
-''' + _ANSWER_OR_SAY
+FINAL(answer)
+'''
 
 _RECORDS = '''
 record = re.compile(r"(?:Record |#|\\[)R\\d{6}")
@@ -201,12 +194,10 @@ def reference_solution(question: str) -> str:
         phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
         label = _need(_LABEL.search(low), "label", q)
         return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label}, _PAIRS)
-    # KEY comes first, right under the question: the embedded model copied words of the STALE list above it
-    # (`'obsolete'`) as the key (docs/main_job.md, demo-6).
     if "follow" in low:
-        return _program({"KEY": _need(_KEY.search(q), "start key", q), **stale}, _CHAIN)
+        return _program({**stale, "KEY": _need(_KEY.search(q), "start key", q)}, _CHAIN)
     if "magic number" in low:
-        return _program({"KEY": _need(_KEY.search(q), "key", q), **stale}, _NEEDLE)
+        return _program({**stale, "KEY": _need(_KEY.search(q), "key", q)}, _NEEDLE)
     if "review" in low:
         phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
         label = _need(_LABEL.search(low), "label", q)

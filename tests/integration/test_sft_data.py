@@ -67,7 +67,7 @@ def test_teacher_answers_with_the_reference_program_or_a_fixable_first_attempt()
     assert scripted_reply("teach", msgs, fix_fraction=0.0) == ref
     first = scripted_reply("teach", msgs, fix_fraction=1.0)
     assert first != ref and first == wrong_attempt(task.question, reference_solution(task.question))
-    assert "FINAL" not in first or "contxt" in first or "no value found" in first  # a wrong attempt never answers
+    assert "FINAL" not in first or "contxt" in first  # a wrong attempt never answers
     later = msgs + [{"role": "assistant", "content": first}, {"role": "user", "content": "REPL output:\n..."}]
     assert scripted_reply("teach", later, fix_fraction=1.0) == ref  # the fix comes on the next turn
     kinds = {wrong_attempt(generate("needle", s, 4096).question, "x = context.find('a')") for s in range(20)}

@@ -90,30 +90,3 @@ def test_token_side_reads_the_conversation_from_ids_and_samples_ids(tmp_path):
     read = TokenSide(str(tmp_path)).messages(nxt)
     assert [m["role"] for m in read] == ["system", "user", "assistant", "user"]
     assert read[:2] == msgs and read[2]["content"] == one["text"] and read[3]["content"] == "REPL output:\n..."
-
-
-def test_teacher_wrong_key_attempt_finds_nothing_and_the_next_turn_fixes_it():
-    """The `teach` policy's commonest wrong start on a key lookup: the key one letter short. It must print, not
-    answer, on the real task, and the teacher's next turn is the reference program."""
-    from fathom.env_server.scripted import wrong_attempt
-    from fathom.tasks import generate
-    from tests.unit.tasks.restricted import run_restricted
-
-    kinds = set()
-    for family in ("needle", "kv_chain"):
-        for seed in range(12):
-            task = generate(family, seed, 8192)
-            ref = reference_solution(task.question)
-            first = wrong_attempt(task.question, ref)
-            code = first.removeprefix("```repl\n").removesuffix("\n```")
-            if "contxt" in code:
-                kinds.add("typo")
-            elif code.startswith("print(len(context))"):
-                kinds.add("look")
-            else:
-                kinds.add("key")
-                assert code != ref.rstrip() and run_restricted(code, task.context) == [], task.id
-            msgs = prompts.initial_messages(task.question, task.context, 300)
-            later = msgs + [{"role": "assistant", "content": first}, {"role": "user", "content": "REPL output:\n..."}]
-            assert scripted_reply("teach", later, fix_fraction=1.0) == f"```repl\n{ref.rstrip()}\n```"
-    assert kinds == {"key", "typo", "look"}

@@ -7,7 +7,6 @@ import importlib
 from RestrictedPython import compile_restricted_exec, limited_builtins, safe_builtins
 from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
 from RestrictedPython.Guards import full_write_guard, safer_getattr
-from RestrictedPython.PrintCollector import PrintCollector
 
 ALLOWED_IMPORTS = {"re", "json", "math", "statistics", "collections", "itertools", "string", "functools",
                    "textwrap", "difflib", "heapq", "bisect"}
@@ -30,6 +29,6 @@ def run_restricted(source: str, context: str) -> list[object]:
     builtins.update({"set": set, "__import__": _import})
     env = {"__builtins__": builtins, "_getattr_": safer_getattr, "_getitem_": default_guarded_getitem,
            "_getiter_": default_guarded_getiter, "_write_": full_write_guard, "__name__": "sandbox",
-           "__metaclass__": type, "context": context, "FINAL": finals.append, "_print_": PrintCollector}
+           "__metaclass__": type, "context": context, "FINAL": finals.append}
     exec(result.code, env)
     return finals
