@@ -41,7 +41,7 @@ class _VersionTap:
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         sample = self.queue.get(*args, **kwargs)
-        mixed = sample.metrics.get(MIXED, 0.0) if isinstance(sample.metrics, dict) else 0.0
+        mixed = sample.metrics.get(MIXED, 0.0)
         self.versions[hash(tuple(sample.input_ids))] = None if mixed else sample.model_version
         return sample
 
