@@ -19,9 +19,23 @@ VERBS = ["load", "sync", "parse", "merge", "flush", "check", "build", "route"]
 SUFFIXES = ["LIMIT", "TIMEOUT", "RETRIES", "WORKERS", "PORT", "DEPTH"]
 
 TEMPLATES = {
-    "train": {"calls": ["Which function calls {x}()?"],
-              "config": ["What value does the setting {y} end up with after {path} runs?"],
-              "where": ["In which file is the function {z} defined?"],
+    # Several wordings a kind in train, with the name at the start, middle or end, so that SFT and GRPO teach
+    # choosing the program from what is asked rather than from one sentence (docs/main_job.md, demo-14).
+    "train": {"calls": ["Which function calls {x}()?",
+                        "{x}() is invoked inside one function of the repository. Name that function.",
+                        "Find the caller of {x}(): which function's body calls it?",
+                        "Which function in the code contains a call to {x}()?",
+                        "Some function calls {x}(). What is its name?"],
+              "config": ["What value does the setting {y} end up with after {path} runs?",
+                         "After {path} has run, what is the value of {y}?",
+                         "{y} is assigned in {path}. What value does it hold once the file has run?",
+                         "Read {path} to the end: which value does {y} have then?",
+                         "Which final value does {path} leave in {y}?"],
+              "where": ["In which file is the function {z} defined?",
+                        "{z} is defined in one file of the repository. Which file?",
+                        "Which file holds the definition of the function {z}?",
+                        "Where is {z}() defined? Answer with the file's path.",
+                        "Tell me the file that defines {z}."],
               "call_style": ["    result = {callee}({arg})\n    return result"]},
     "test": {"calls": ["Name the function whose body invokes {x}()."],
              "config": ["Once {path} has executed, what is the final value of {y}?"],
@@ -42,7 +56,7 @@ def _plain(rng: random.Random, arg: str) -> str:
     return f"    return {arg} * {rng.randrange(2, 9)}"
 
 
-def _repo(spec: Spec, kind: str, n_funcs: int) -> tuple[dict[str, list[str]], str, Gold, list[str]]:
+def _repo(spec: Spec, kind: str, ask: str, n_funcs: int) -> tuple[dict[str, list[str]], str, Gold, list[str]]:
     rng, split = spec.facts, spec.split
     style = TEMPLATES[split]["call_style"][0]
     adj, noun = vocab.part(vocab.ADJECTIVES, split), vocab.part(vocab.NOUNS, split)
@@ -64,7 +78,7 @@ def _repo(spec: Spec, kind: str, n_funcs: int) -> tuple[dict[str, list[str]], st
         if d and len(rest) > 1:
             funcs[rest[1]] = f'    label = "{x} skipped"\n' + style.format(callee=f"{x}_legacy", arg=arg)
         gold = Gold(answer=caller, type="string")
-        q = TEMPLATES[split]["calls"][0].format(x=x)
+        q = ask.format(x=x)
     else:
         funcs[caller] = _plain(rng, arg)
     order = list(funcs)
@@ -81,7 +95,7 @@ def _repo(spec: Spec, kind: str, n_funcs: int) -> tuple[dict[str, list[str]], st
             if spec.difficulty == 2:
                 files[other].append(f"class {x.title().replace('_', '')}Helper:\n    def {x}(self):\n        return None\n")
         gold = Gold(answer=home, aliases=["./" + home], type="string")
-        q = TEMPLATES[split]["where"][0].format(z=x)
+        q = ask.format(z=x)
     if kind == "config":
         setting = f"{rng.choice(adj).upper()}_{rng.choice(noun).upper()}_{rng.choice(SUFFIXES)}"
         path = f"{dirs[0]}/settings.py"
@@ -101,18 +115,20 @@ def _repo(spec: Spec, kind: str, n_funcs: int) -> tuple[dict[str, list[str]], st
             lines.append(f"\n\ndef reset_defaults():\n    {setting} = 0\n    return {setting}")
         files[path] = ["\n".join(lines) + "\n"]
         gold = Gold(answer=str(val), type="number")
-        q = TEMPLATES[split]["config"][0].format(y=setting, path=path)
+        q = ask.format(y=setting, path=path)
     blocks = [f"{haystack.FILE_HEADER}{p}\n" + "\n\n".join(body) for p, body in files.items()]
     return files, q, gold, blocks
 
 
 def generate(spec: Spec) -> Task:
     kind = spec.facts.choice(["calls", "config", "where"])
+    asks = TEMPLATES[spec.split][kind]
+    qi = spec.facts.randrange(len(asks)) if len(asks) > 1 else 0  # no draw for one wording: test, heldout as pinned
     state = spec.facts.getstate()
     n_funcs = max(3, min(30, spec.length // 400))
     while True:  # shrink the repository until it fits short lengths
         spec.facts.setstate(state)
-        files, q, gold, blocks = _repo(spec, kind, n_funcs)
+        files, q, gold, blocks = _repo(spec, kind, asks[qi], n_funcs)
         if sum(len(b) + 2 for b in blocks) <= spec.length or n_funcs == 3:
             break
         n_funcs -= 1
@@ -121,6 +137,6 @@ def generate(spec: Spec) -> Task:
     context, positions = haystack.weave(rng, spec.length, blocks, kind=spec.haystack_kind,
                                         boundary="\n" + haystack.FILE_HEADER)
     spec.positions = positions
-    template = f"{FAMILY}/{spec.split}/{kind}0+style0"
+    template = f"{FAMILY}/{spec.split}/{kind}{qi}+style0"
     return assemble(spec, q, context, gold, template, values=[gold.answer],
                     extra={"kind": kind, "files": sorted(files)})

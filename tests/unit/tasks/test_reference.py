@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fathom.tasks import FAMILIES, generate, get_task, load_split, reference_solution, score
@@ -70,16 +72,21 @@ def test_runs_with_the_sandbox_guards() -> None:
             assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
 
 
-@pytest.mark.parametrize("family", ["needle", "kv_chain"])
+_ASKS = {"needle": ["question"], "kv_chain": ["question"], "code_qa": ["calls", "config", "where"]}
+
+
+@pytest.mark.parametrize("family", sorted(_ASKS))
 def test_every_train_question_phrasing_is_solved(family: str) -> None:
-    """Each train question puts the key somewhere else; the reference (and so the SFT teacher) must find it in all."""
+    """Each train question puts the key or name somewhere else; the reference (and so the SFT teacher) must find it
+    and, for code_qa, tell the kind of question from every wording."""
     from fathom.tasks.families import MODULES
 
-    n = len(MODULES[family].TEMPLATES["train"]["question"])
+    n = sum(len(MODULES[family].TEMPLATES["train"][kind]) for kind in _ASKS[family])
+    asked = re.compile("/(?:" + "|".join("q" if k == "question" else k for k in _ASKS[family]) + r")\d+$")
     solved: set[str] = set()
     for seed in range(400):
         t = generate(family, seed, 4096)
-        qid = t.metadata.template.split("+")[-1]
+        qid = next(part for part in t.metadata.template.split("+") if asked.search(part))
         if qid not in solved:
             assert score(t, _solve(t), via_final=True, total_tokens=0, llm_calls=0).correct, (t.id, t.question)
             solved.add(qid)
