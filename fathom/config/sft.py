@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from fathom.config.base import FathomModel
 
@@ -40,7 +40,13 @@ class SftConfig(FathomModel):
     """LoRA learning rate. 1e-3 took the embedded model's loss from 0.77 to 0.05 in 30 steps (DESIGN.md's SFT probe)."""
 
     batch_size: int = Field(4, ge=1)
-    """Examples per optimizer step (padded, no packing)."""
+    """Examples per optimizer step."""
+
+    micro_batch_size: int = Field(1, ge=1)
+    """Examples per forward pass, padded to the longest (no packing); `batch_size` must be a multiple of it and the
+    rest is gradient accumulation. The step's loss is the mean over its trained tokens either way, so only the speed
+    changes: 1 wastes no compute on padding, 105 against 131-138 s for 24 demo SFT rows (micro 2: 118 s; 2-core AMD
+    EPYC, bf16), with the same losses to four digits. On a GPU a larger micro-batch fills the device better."""
 
     bf16: bool | Literal["auto"] = "auto"
     """bf16 autocast (weights stay fp32): `auto` turns it on where bf16 matmuls are native (CUDA, or a CPU with
@@ -53,3 +59,12 @@ class SftConfig(FathomModel):
 
     max_length: int = Field(4096, ge=256)
     """Longest example in tokens; longer recordings are dropped, never truncated (a cut example teaches a cut answer)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "SftConfig":
+        if self.batch_size % self.micro_batch_size:
+            raise ValueError(
+                f"sft.batch_size ({self.batch_size}) is not a multiple of sft.micro_batch_size "
+                f"({self.micro_batch_size}): set micro_batch_size to a divisor of batch_size"
+            )
+        return self

@@ -78,7 +78,8 @@ def train_sft(
     args = SFTConfig(
         output_dir=str(out_dir / "trainer"),
         learning_rate=sft.learning_rate,
-        per_device_train_batch_size=sft.batch_size,
+        per_device_train_batch_size=sft.micro_batch_size,
+        gradient_accumulation_steps=sft.batch_size // sft.micro_batch_size,
         max_steps=total,
         lr_scheduler_type="cosine",
         warmup_steps=max(1, total // 10),
