@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from fathom.entrypoints.common import (CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, progress_line,
+from fathom.entrypoints.common import (CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, progress_line,
                                        serve_in_thread)
 
 
@@ -94,7 +94,9 @@ def sft(
     workers: int = typer.Option(8, help="Episodes recorded at once."),
 ) -> None:
     """Record teacher episodes on the running env server, then train the LoRA warm start (`<out>/adapter`)."""
-    passive_omp()
+    # No passive_omp() here, unlike `fathom train`: SFT trains after the recording, while vLLM sits idle, so
+    # nothing needs the cores its OpenMP threads spin on. Passive threads made it slower: 24 demo rows in 136
+    # against 110 s with the default wait policy, an idle vLLM up (docs/trainer.md).
     cfg = config_from(ctx, config)
     try:
         task_ids = sft_task_ids(cfg.sft)
