@@ -105,7 +105,7 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     from fathom.trainer import cpu_compat
     from fathom.trainer.callbacks import HubPush, MetricsJsonl, RichProgress, Watchdog
     from fathom.trainer.grpo import FathomGRPOTrainer
-    from fathom.trainer.weight_sync import DiskMergedSync, NcclMergedSync
+    from fathom.trainer.weight_sync import DiskMergedSync, NcclMergedSync, ServedProbe
 
     cpu_compat.check_trl_version()
     cuda = torch.cuda.is_available()
@@ -156,6 +156,8 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    if transfer is not None:  # adapter sync serves each version under a new name; the probe reads merged syncs
+        trainer.served_probe = ServedProbe(vllm_url=endpoints.vllm_url, model=ps.served_model_name)
     trainer.sft_anchor = anchor
     if t.init_adapter:
         from fathom.trainer.adapters import load_init_adapter

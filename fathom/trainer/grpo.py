@@ -1,6 +1,6 @@
-"""TRL's AsyncGRPOTrainer with four additions: the trainer/sampler mismatch metric, atomic checkpoints, the SFT
-anchor (`anchor.py`: the warm start's loss on teacher rows, added to each micro-batch), and (for tests) a record of
-every trained token id.
+"""TRL's AsyncGRPOTrainer with five additions: the trainer/sampler mismatch metric, atomic checkpoints, the SFT
+anchor (`anchor.py`: the warm start's loss on teacher rows, added to each micro-batch), a probe of the served
+logprobs after each merged sync (`weight_sync.ServedProbe`), and (for tests) a record of every trained token id.
 
 Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
 with, every turn of it (the rollout loop stamps the oldest version of its turns and flags a sample whose turns
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,22 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
     sft_anchor: Any = None
     """An `anchor.SftAnchor`, or None: its coef x NLL on one teacher row joins each micro-batch's loss."""
 
+    served_probe: Any = None
+    """A `weight_sync.ServedProbe`, or None: after each weight sync, how far the served logprobs moved."""
+
     _staging = False
+
+    def _sync_weight(self):
+        super()._sync_weight()
+        # After TRL has timed the sync (perf/weight_sync_s), so the probe's two prefills are not counted in it. The
+        # cold sync at train begin only sets the baseline; each later one logs the shift of the step just trained.
+        if self.served_probe is not None and self.accelerator.is_main_process:
+            t0 = time.monotonic()
+            shift = self.served_probe.shift()
+            if shift is not None:
+                self._metrics["train"]["sync/served_logprob_shift"].append(shift)
+                self._metrics["train"]["sync/served_logprob_noise"].append(self.served_probe.noise)
+                self._metrics["train"]["perf/served_probe_s"].append(time.monotonic() - t0)
 
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()

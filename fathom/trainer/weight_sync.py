@@ -11,6 +11,9 @@ sessions pin the new version while old ones keep their label.
 Names are TRL's (`_iter_vllm_named_params`: PEFT prefixes stripped, LoRA tensors skipped). Tied
 embeddings appear once, as `model.embed_tokens.weight`; vLLM's loader ties `lm_head` to it.
 
+`ServedProbe` checks each sync from the outside: the logprobs vLLM serves for one fixed text, after this sync
+against after the previous one (`sync/served_logprob_shift`), and the same text asked twice (`..._noise`).
+
 A policy server or proxy restarted by `fathom launch` forgets what the syncs told it. Each sync records
 the newest merged weights and the published version in `state_path` (`policy_state.json`), from which
 the supervisor re-applies both; and each request retries through a restart for `retry_s`.
@@ -205,3 +208,51 @@ class NcclMergedSync(MergedSync):
         if self.client is not None:
             self.client.destroy()
         super().destroy()
+
+
+PROBE_TEXT = (
+    "Question: What is the magic number for amber-falcon?\n"
+    "```repl\nimport re\nKEY = 'amber-falcon'\nfor m in re.finditer(KEY, context):\n"
+    "    print(context[m.start() - 80 : m.end() + 80])\n```"
+)
+"""Text in the policy's own format, so that a GRPO step moves its logprobs; vLLM tokenizes it."""
+
+
+class ServedProbe:
+    """Did a sync reach the served weights? After each sync the trainer asks vLLM for the logprobs of the tokens of
+    `PROBE_TEXT` (a prefill, not a capture: the proxy never sees it) and compares them with the previous sync's.
+
+    `shift()`: the largest |change| of a token's logprob since the previous sync. The text is asked twice, and the
+    largest difference between the two answers is the noise floor (`noise`): bf16 kernels may round a prefill
+    differently when it shares a batch with decodes. A shift above the noise means vLLM serves new weights.
+    A failed request is a warning, not a stop: the probe only measures, and the next one starts a new baseline."""
+
+    def __init__(self, *, vllm_url: str, model: str, timeout_s: float = 60.0, http: httpx.Client | None = None):
+        self.url, self.model = f"{vllm_url.rstrip('/')}/v1/completions", model
+        self.http = http or httpx.Client(timeout=timeout_s)
+        self.last: list[float] | None = None
+        self.noise: float | None = None
+
+    def logprobs(self) -> list[float]:
+        r = self.http.post(self.url, json={"model": self.model, "prompt": PROBE_TEXT, "max_tokens": 1,
+                                           "temperature": 0.0, "prompt_logprobs": 0})
+        r.raise_for_status()
+        # prompt_logprobs[0] is None (the first token has no context); each later entry maps the token to its logprob
+        return [next(iter(d.values()))["logprob"] for d in r.json()["choices"][0]["prompt_logprobs"][1:]]
+
+    def shift(self) -> float | None:
+        """Probe now; the shift since the previous probe, or None on the first probe or a failed one."""
+        try:
+            now, again = self.logprobs(), self.logprobs()
+        except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
+            log.warning("served-logprob probe of %s failed (%r); the next sync starts a new baseline", self.url, e)
+            self.last = None
+            return None
+        self.noise = max(abs(a - b) for a, b in zip(now, again))
+        before, self.last = self.last, now
+        if before is None or len(before) != len(now):
+            return None
+        return max(abs(a - b) for a, b in zip(before, now))
+
+    def close(self) -> None:
+        self.http.close()

@@ -120,6 +120,13 @@ def test_merged_sync_changed_served_logprobs(trained):
     assert max(abs(a - b) for a, b in zip(served, base)) > 1e-4
 
 
+def test_each_sync_moved_the_served_logprobs_beyond_their_noise(trained):
+    # the trainer's own probe (weight_sync.ServedProbe): one shift a trained step, measured right after its sync
+    rows = [row for row in _metrics(trained["run"]) if "kl" in row]
+    got = [(row.get("sync/served_logprob_shift"), row.get("sync/served_logprob_noise")) for row in rows]
+    assert len(got) == 2 and all(s is not None and n is not None and s > max(n, 1e-4) for s, n in got)
+
+
 def test_new_sessions_pin_the_new_version_old_ones_keep_theirs(trained):
     run, stack = trained["run"], trained["stack"]
     version = run.trainer.model_version

@@ -32,3 +32,30 @@ def test_a_sample_whose_episode_spans_a_sync_is_never_on_policy():
     # on-policy: drawn at 4 in one piece; mixed (3 -> 4 inside the episode) and stale (3) are not
     assert on.tolist() == [True] * 3 + [False] * 2 + [False] * 4 + [True]
     assert versions == {}  # each sample's entry is used once
+
+
+def test_the_served_probe_runs_after_each_sync_and_the_cold_one_is_its_baseline(monkeypatch):
+    from collections import defaultdict
+
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    order: list[str] = []
+    monkeypatch.setattr(AsyncGRPOTrainer, "_sync_weight", lambda self: order.append("sync"))
+    shifts = iter([None, 0.5])
+
+    class Probe:
+        noise = 0.01
+
+        def shift(self):
+            order.append("probe")
+            return next(shifts)
+
+    trainer = object.__new__(FathomGRPOTrainer)
+    trainer.accelerator, trainer._metrics = SimpleNamespace(is_main_process=True), {"train": defaultdict(list)}
+    trainer.served_probe = Probe()
+    trainer._sync_weight()  # the cold sync at train begin: a baseline, nothing logged
+    assert order == ["sync", "probe"] and not trainer._metrics["train"]
+    trainer._sync_weight()
+    got = trainer._metrics["train"]
+    assert got["sync/served_logprob_shift"] == [0.5] and got["sync/served_logprob_noise"] == [0.01]
+    assert len(got["perf/served_probe_s"]) == 1

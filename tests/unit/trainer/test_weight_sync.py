@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fathom.trainer.weight_sync import DiskMergedSync, WeightSyncError
+from fathom.trainer.weight_sync import PROBE_TEXT, DiskMergedSync, ServedProbe, WeightSyncError
 
 
 class FakeServers:
@@ -150,3 +150,49 @@ def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path):
     sync.retry_s = 0.05
     with pytest.raises(WeightSyncError, match="collective_rpc failed"):
         one_sync(sync, {"model.embed_tokens.weight": torch.randn(4, 2)})
+
+
+class FakeProbeVllm:
+    """/v1/completions with prompt_logprobs: answers `served[i]` (one logprob a token) to the i-th request."""
+
+    def __init__(self, served: list[list[float] | int]):
+        self.served, self.bodies = served, []
+
+    def __call__(self, req: httpx.Request) -> httpx.Response:
+        self.bodies.append(json.loads(req.content))
+        lps = self.served[len(self.bodies) - 1]
+        if isinstance(lps, int):  # an HTTP error status
+            return httpx.Response(lps, json={"error": "down"})
+        entries = [None] + [{str(100 + i): {"logprob": lp, "rank": 1}} for i, lp in enumerate(lps)]
+        return httpx.Response(200, json={"choices": [{"text": "x", "prompt_logprobs": entries}]})
+
+
+def probe(fake) -> ServedProbe:
+    return ServedProbe(vllm_url="http://vllm/", model="fathom-base", http=httpx.Client(transport=httpx.MockTransport(fake)))
+
+
+def test_probe_shift_is_the_largest_change_since_the_previous_sync_and_noise_the_repeat():
+    # each probe asks twice: baseline, then weights that moved token 2 by 0.25, with 0.001 of rounding noise
+    fake = FakeProbeVllm([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0], [-1.0, -2.25, -3.0], [-1.0, -2.251, -3.0]])
+    p = probe(fake)
+    assert p.shift() is None and p.noise == 0.0  # the cold sync: a baseline only
+    assert p.shift() == pytest.approx(0.25) and p.noise == pytest.approx(0.001)
+    assert fake.bodies[0] == {"model": "fathom-base", "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0,
+                              "prompt_logprobs": 0}
+
+
+def test_unchanged_weights_give_no_shift():
+    p = probe(FakeProbeVllm([[-1.0, -2.0]] * 4))
+    p.shift()
+    assert p.shift() == 0.0
+
+
+def test_a_failed_probe_warns_and_the_next_starts_a_new_baseline(caplog):
+    fake = FakeProbeVllm([[-1.0], [-1.0], 503, [-5.0], [-5.0], [-4.5], [-4.5]])
+    p = probe(fake)
+    p.shift()
+    with caplog.at_level("WARNING"):
+        assert p.shift() is None
+    assert "served-logprob probe" in caplog.text and "503" in caplog.text
+    assert p.shift() is None  # not compared with the probe before the failure (two syncs apart)
+    assert p.shift() == pytest.approx(0.5)
