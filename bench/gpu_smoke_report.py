@@ -2,9 +2,10 @@
 
     python bench/gpu_smoke_report.py runs/gpu-smoke
 
-`served_logprobs_changed`: after every trained step's merged sync, the logprobs vLLM serves for a fixed text moved
-by more than the noise of asking twice (`sync/served_logprob_shift` against `sync/served_logprob_noise`, logged by
-the trainer's `weight_sync.ServedProbe`). It is false when a step logged no probe. `mismatch_after_sync` (on-policy
+`served_logprobs_changed`: after each trained step's merged sync, the logprobs vLLM serves for a fixed text moved
+by more than the noise of asking twice (`sync/served_logprob_shift` against `sync/served_logprob_noise`, from the
+trainer's `weight_sync.ServedProbe`; the line of step N carries the probe of the sync after step N-1, so 3 steps
+give 2). It is false when one of those lines has no probe. `mismatch_after_sync` (on-policy
 samples of steps 2 and later, sampled after at least one sync) says whether the new weights are the trainer's.
 """
 
@@ -33,9 +34,10 @@ def main() -> None:
     step_s = [round(b - a, 2) for a, b in zip(times, times[1:])]
     # On-policy samples of steps after the first were generated after at least one merged sync.
     after_sync = values("mismatch/abs_ratio_minus_1", [r for r in steps if r.get("step", 0) >= 2])
-    probed = [r for r in steps if isinstance(r.get("sync/served_logprob_shift"), (int, float))]
+    later = [r for r in steps if r.get("step", 0) >= 2]
+    probed = [r for r in later if isinstance(r.get("sync/served_logprob_shift"), (int, float))]
     shift, noise = values("sync/served_logprob_shift", probed), values("sync/served_logprob_noise", probed)
-    changed = bool(steps) and len(probed) == len(steps) and all(s > n for s, n in zip(shift, noise))
+    changed = bool(later) and len(probed) == len(later) and all(s > n for s, n in zip(shift, noise))
     out = {
         "run_dir": str(run), "steps": len(steps),
         "merged_sync_s": sync, "step_time_s": step_s or None, "mismatch": mismatch,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,18 +61,29 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
     """A `weight_sync.ServedProbe`, or None: after each weight sync, how far the served logprobs moved."""
 
     _staging = False
+    _probe_thread: threading.Thread | None = None
+    _probe_result: Any = None
 
     def _sync_weight(self):
+        # The probe of the previous sync ran in a thread while this step trained: on 2 cores vLLM's API process
+        # shares its core with the busy model worker during GRPO, and the two prefills took 9 s there, 6% of a
+        # step, when the trainer waited for them. So each line logs the probe of the sync before the step.
+        if self._probe_thread is not None:
+            self._probe_thread.join()  # done long ago; bounded by the probe's HTTP timeout
+            self._probe_thread, result = None, self._probe_result
+            if result is not None:
+                self._metrics["train"]["sync/served_logprob_shift"].append(result.shift)
+                self._metrics["train"]["sync/served_logprob_noise"].append(result.noise)
+                self._metrics["train"]["perf/served_probe_s"].append(result.seconds)
         super()._sync_weight()
-        # After TRL has timed the sync (perf/weight_sync_s), so the probe's two prefills are not counted in it. The
-        # cold sync at train begin only sets the baseline; each later one logs the shift of the step just trained.
         if self.served_probe is not None and self.accelerator.is_main_process:
-            t0 = time.monotonic()
-            shift = self.served_probe.shift()
-            if shift is not None:
-                self._metrics["train"]["sync/served_logprob_shift"].append(shift)
-                self._metrics["train"]["sync/served_logprob_noise"].append(self.served_probe.noise)
-                self._metrics["train"]["perf/served_probe_s"].append(time.monotonic() - t0)
+            def run() -> None:
+                self._probe_result = self.served_probe.check()
+
+            # the cold sync at train begin gives the first baseline (check() returns None for it)
+            self._probe_result = None
+            self._probe_thread = threading.Thread(target=run, name="served-probe", daemon=True)
+            self._probe_thread.start()
 
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()

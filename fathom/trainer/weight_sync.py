@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -218,20 +219,28 @@ PROBE_TEXT = (
 """Text in the policy's own format, so that a GRPO step moves its logprobs; vLLM tokenizes it."""
 
 
+@dataclass(frozen=True)
+class ProbeResult:
+    shift: float
+    """The largest |change| of a token's logprob since the previous probe."""
+    noise: float
+    """The largest difference between the two answers to the same request."""
+    seconds: float
+
+
 class ServedProbe:
     """Did a sync reach the served weights? After each sync the trainer asks vLLM for the logprobs of the tokens of
     `PROBE_TEXT` (a prefill, not a capture: the proxy never sees it) and compares them with the previous sync's.
 
-    `shift()`: the largest |change| of a token's logprob since the previous sync. The text is asked twice, and the
-    largest difference between the two answers is the noise floor (`noise`): bf16 kernels may round a prefill
-    differently when it shares a batch with decodes. A shift above the noise means vLLM serves new weights.
-    A failed request is a warning, not a stop: the probe only measures, and the next one starts a new baseline."""
+    The text is asked twice, and the largest difference between the two answers is the noise floor: bf16 kernels
+    may round a prefill differently when it shares a batch with decodes. A shift above the noise means vLLM serves
+    new weights. A failed request is a warning, not a stop: the probe only measures, and the next one starts a new
+    baseline."""
 
     def __init__(self, *, vllm_url: str, model: str, timeout_s: float = 60.0, http: httpx.Client | None = None):
         self.url, self.model = f"{vllm_url.rstrip('/')}/v1/completions", model
         self.http = http or httpx.Client(timeout=timeout_s)
         self.last: list[float] | None = None
-        self.noise: float | None = None
 
     def logprobs(self) -> list[float]:
         r = self.http.post(self.url, json={"model": self.model, "prompt": PROBE_TEXT, "max_tokens": 1,
@@ -240,19 +249,20 @@ class ServedProbe:
         # prompt_logprobs[0] is None (the first token has no context); each later entry maps the token to its logprob
         return [next(iter(d.values()))["logprob"] for d in r.json()["choices"][0]["prompt_logprobs"][1:]]
 
-    def shift(self) -> float | None:
-        """Probe now; the shift since the previous probe, or None on the first probe or a failed one."""
+    def check(self) -> ProbeResult | None:
+        """Probe now: the change since the previous probe, or None on the first probe or a failed one."""
+        t0 = time.monotonic()
         try:
             now, again = self.logprobs(), self.logprobs()
         except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as e:
             log.warning("served-logprob probe of %s failed (%r); the next sync starts a new baseline", self.url, e)
             self.last = None
             return None
-        self.noise = max(abs(a - b) for a, b in zip(now, again))
         before, self.last = self.last, now
         if before is None or len(before) != len(now):
             return None
-        return max(abs(a - b) for a, b in zip(before, now))
+        return ProbeResult(shift=max(abs(a - b) for a, b in zip(before, now)),
+                           noise=max(abs(a - b) for a, b in zip(now, again)), seconds=time.monotonic() - t0)
 
     def close(self) -> None:
         self.http.close()

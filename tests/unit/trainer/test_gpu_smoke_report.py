@@ -29,16 +29,18 @@ def step(n: int, shift: float | None, noise: float = 0.0) -> dict:
 
 
 def test_every_step_moved_the_served_logprobs(tmp_path):
-    out = report(tmp_path / "run", [step(1, 0.02, 1e-3), step(2, 0.03), step(3, 0.01, 2e-3)])
-    assert out["served_logprobs_changed"] is True and out["served_logprob_shift"] == [0.02, 0.03, 0.01]
+    # step N's line carries the probe of the sync after step N-1: none on step 1
+    out = report(tmp_path / "run", [step(1, None), step(2, 0.03, 1e-3), step(3, 0.01, 2e-3)])
+    assert out["served_logprobs_changed"] is True and out["served_logprob_shift"] == [0.03, 0.01]
     assert out["step_time_s"] == [20.0, 20.0] and out["merged_sync_s"] == [1.5, 1.5, 1.5]
     assert {t["name"]: t["met"] for t in out["targets"]} == {
         "steps_completed": True, "merged_sync_s_median": True, "mismatch_max": True, "served_logprobs_changed": True}
 
 
 @pytest.mark.parametrize("rows", [
-    [step(1, 0.02), step(2, 1e-3, 1e-3), step(3, 0.02)],  # a sync that moved nothing beyond the noise
-    [step(1, 0.02), step(2, None), step(3, 0.02)],  # a step without a probe
+    [step(1, None), step(2, 1e-3, 1e-3), step(3, 0.02)],  # a sync that moved nothing beyond the noise
+    [step(1, None), step(2, None), step(3, 0.02)],  # a line without a probe
+    [step(1, None)],  # one step: no sync was probed
     [],
 ])
 def test_a_sync_that_did_not_show_is_not_counted_as_changed(tmp_path, rows):

@@ -34,28 +34,31 @@ def test_a_sample_whose_episode_spans_a_sync_is_never_on_policy():
     assert versions == {}  # each sample's entry is used once
 
 
-def test_the_served_probe_runs_after_each_sync_and_the_cold_one_is_its_baseline(monkeypatch):
+def test_each_sync_starts_a_probe_whose_result_the_next_sync_logs(monkeypatch):
     from collections import defaultdict
 
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
+    from fathom.trainer.weight_sync import ProbeResult
+
     order: list[str] = []
     monkeypatch.setattr(AsyncGRPOTrainer, "_sync_weight", lambda self: order.append("sync"))
-    shifts = iter([None, 0.5])
+    results = iter([None, ProbeResult(shift=0.5, noise=0.01, seconds=9.0), ProbeResult(0.25, 0.0, 1.0)])
 
     class Probe:
-        noise = 0.01
-
-        def shift(self):
+        def check(self):
             order.append("probe")
-            return next(shifts)
+            return next(results)
 
     trainer = object.__new__(FathomGRPOTrainer)
     trainer.accelerator, trainer._metrics = SimpleNamespace(is_main_process=True), {"train": defaultdict(list)}
     trainer.served_probe = Probe()
-    trainer._sync_weight()  # the cold sync at train begin: a baseline, nothing logged
-    assert order == ["sync", "probe"] and not trainer._metrics["train"]
-    trainer._sync_weight()
+    trainer._sync_weight()  # the cold sync at train begin: its probe is a baseline
+    trainer._sync_weight()  # after step 1: nothing to log yet
+    assert not trainer._metrics["train"]
+    trainer._sync_weight()  # after step 2: logs the probe of step 1's sync, which ran in its thread meanwhile
+    trainer._probe_thread.join()
+    assert order == ["sync", "probe"] * 3
     got = trainer._metrics["train"]
     assert got["sync/served_logprob_shift"] == [0.5] and got["sync/served_logprob_noise"] == [0.01]
-    assert len(got["perf/served_probe_s"]) == 1
+    assert got["perf/served_probe_s"] == [9.0]

@@ -175,24 +175,25 @@ def test_probe_shift_is_the_largest_change_since_the_previous_sync_and_noise_the
     # each probe asks twice: baseline, then weights that moved token 2 by 0.25, with 0.001 of rounding noise
     fake = FakeProbeVllm([[-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0], [-1.0, -2.25, -3.0], [-1.0, -2.251, -3.0]])
     p = probe(fake)
-    assert p.shift() is None and p.noise == 0.0  # the cold sync: a baseline only
-    assert p.shift() == pytest.approx(0.25) and p.noise == pytest.approx(0.001)
+    assert p.check() is None  # the cold sync: a baseline only
+    got = p.check()
+    assert got.shift == pytest.approx(0.25) and got.noise == pytest.approx(0.001) and got.seconds >= 0
     assert fake.bodies[0] == {"model": "fathom-base", "prompt": PROBE_TEXT, "max_tokens": 1, "temperature": 0.0,
                               "prompt_logprobs": 0}
 
 
 def test_unchanged_weights_give_no_shift():
     p = probe(FakeProbeVllm([[-1.0, -2.0]] * 4))
-    p.shift()
-    assert p.shift() == 0.0
+    p.check()
+    assert p.check().shift == 0.0
 
 
 def test_a_failed_probe_warns_and_the_next_starts_a_new_baseline(caplog):
     fake = FakeProbeVllm([[-1.0], [-1.0], 503, [-5.0], [-5.0], [-4.5], [-4.5]])
     p = probe(fake)
-    p.shift()
+    p.check()
     with caplog.at_level("WARNING"):
-        assert p.shift() is None
+        assert p.check() is None
     assert "served-logprob probe" in caplog.text and "503" in caplog.text
-    assert p.shift() is None  # not compared with the probe before the failure (two syncs apart)
-    assert p.shift() == pytest.approx(0.5)
+    assert p.check() is None  # not compared with the probe before the failure (two syncs apart)
+    assert p.check().shift == pytest.approx(0.5)
