@@ -5,8 +5,8 @@
 `served_logprobs_changed`: after each trained step's merged sync, the logprobs vLLM serves for a fixed text moved
 by more than the noise of asking twice (`sync/served_logprob_shift` against `sync/served_logprob_noise`, from the
 trainer's `weight_sync.ServedProbe`; the line of step N carries the probe of the sync after step N-1, so 3 steps
-give 2). It is false when one of those lines has no probe. `mismatch_after_sync` (on-policy
-samples of steps 2 and later, sampled after at least one sync) says whether the new weights are the trainer's.
+give 2). It is false when one of those lines has no probe. `mismatch_after_sync` (on-policy samples of steps 2
+and later, sampled after at least one sync) says whether the new weights are the trainer's.
 """
 
 from __future__ import annotations

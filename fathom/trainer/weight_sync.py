@@ -261,8 +261,6 @@ class ServedProbe:
         before, self.last = self.last, now
         if before is None or len(before) != len(now):
             return None
-        return ProbeResult(shift=max(abs(a - b) for a, b in zip(before, now)),
-                           noise=max(abs(a - b) for a, b in zip(now, again)), seconds=time.monotonic() - t0)
-
-    def close(self) -> None:
-        self.http.close()
+        return ProbeResult(shift=max((abs(a - b) for a, b in zip(before, now)), default=0.0),
+                           noise=max((abs(a - b) for a, b in zip(now, again)), default=0.0),
+                           seconds=time.monotonic() - t0)
