@@ -168,7 +168,8 @@ class FakeProbeVllm:
 
 
 def probe(fake) -> ServedProbe:
-    return ServedProbe(vllm_url="http://vllm/", model="fathom-base", http=httpx.Client(transport=httpx.MockTransport(fake)))
+    http = httpx.Client(transport=httpx.MockTransport(fake))
+    return ServedProbe(vllm_url="http://vllm/", model="fathom-base", http=http)
 
 
 def test_probe_shift_is_the_largest_change_since_the_previous_sync_and_noise_the_repeat():
