@@ -32,9 +32,10 @@ def main() -> None:
     sync, mismatch = values("perf/weight_sync_s"), values("mismatch/abs_ratio_minus_1")
     times = values("time", steps)
     step_s = [round(b - a, 2) for a, b in zip(times, times[1:])]
-    # On-policy samples of steps after the first were generated after at least one merged sync.
-    after_sync = values("mismatch/abs_ratio_minus_1", [r for r in steps if r.get("step", 0) >= 2])
+    # On-policy samples of steps after the first were generated after at least one merged sync, and each of those
+    # steps' lines carries the probe of the sync before it.
     later = [r for r in steps if r.get("step", 0) >= 2]
+    after_sync = values("mismatch/abs_ratio_minus_1", later)
     probed = [r for r in later if isinstance(r.get("sync/served_logprob_shift"), (int, float))]
     shift, noise = values("sync/served_logprob_shift", probed), values("sync/served_logprob_noise", probed)
     changed = bool(later) and len(probed) == len(later) and all(s > n for s, n in zip(shift, noise))
