@@ -5,6 +5,9 @@ whitelisted imports (re), no names starting with an underscore, no dunders, no o
 no tuple unpacking or augmented assignment (RestrictedPython needs extra guards for those),
 and only the most basic builtins (len, range, int, str, set, list). It ends in FINAL(...).
 It powers a scripted model that sees only the chat prompt, so it is given only the question.
+What the question names (a key, a function, a label) the program reads out of the REPL's
+`question` with the same pattern the teacher matched, so it never copies it by hand: a
+model that learns these programs need not copy a key out of a wording it never saw.
 """
 
 from __future__ import annotations
@@ -169,10 +172,25 @@ FINAL(answer)
 '''
 
 _KEY = re.compile(r"(?<![A-Za-z-])[a-z]+-[a-z]+(?![A-Za-z-])")
+# No generated question has another lowercase hyphenated word before its key (tests run every wording), so programs
+# read the key with this shorter pattern: 20 tokens for the line against 45, and kv_chain's program (up to 387
+# tokens) stays inside the 400-token output cap of configs/smoke.toml.
+_KEY_SHORT = re.compile(r"[a-z]+-[a-z]+")
 _LABEL = re.compile(r"\b(positive|negative|neutral)\b")
 _CONST = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 _FUNC = re.compile(r"\b[a-z]+_[a-z]+_[a-z]+\b")
 _PATH = re.compile(r"[\w./-]+\.py\b")
+
+
+class _Ask:
+    """A value the program reads out of the REPL's `question` when it runs: the first match of `pattern`."""
+
+    def __init__(self, pattern: re.Pattern[str], lower: bool = False) -> None:
+        self.pattern, self.lower = pattern, lower
+
+    def __repr__(self) -> str:
+        text = "question.lower()" if self.lower else "question"
+        return f"re.search({self.pattern.pattern!r}, {text}).group(0)"
 
 
 def _program(params: dict[str, object], body: str) -> str:
@@ -180,10 +198,13 @@ def _program(params: dict[str, object], body: str) -> str:
     return head + body
 
 
-def _need(m: re.Match | None, what: str, question: str) -> str:
-    if m is None:
+def _ask(pattern: re.Pattern[str], what: str, question: str, lower: bool = False,
+         read: re.Pattern[str] | None = None) -> _Ask:
+    """Check that `question` names `what` (a clear error if not); the program reads it from `question` with `read`
+    (default: the same pattern)."""
+    if pattern.search(question.lower() if lower else question) is None:
         raise ValueError(f"question {question[:120]!r} has no {what}; reference solutions cover generated tasks only")
-    return m.group(0)
+    return _Ask(read or pattern, lower)
 
 
 def reference_solution(question: str) -> str:
@@ -192,22 +213,21 @@ def reference_solution(question: str) -> str:
     stale = {"STALE": list(STALE_MARKERS)}
     if "pair" in low:
         phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
-        label = _need(_LABEL.search(low), "label", q)
+        label = _ask(_LABEL, "label", q, lower=True)
         return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label}, _PAIRS)
     if "follow" in low:
-        return _program({**stale, "KEY": _need(_KEY.search(q), "start key", q)}, _CHAIN)
+        return _program({**stale, "KEY": _ask(_KEY, "start key", q, read=_KEY_SHORT)}, _CHAIN)
     if "magic number" in low:
-        return _program({**stale, "KEY": _need(_KEY.search(q), "key", q)}, _NEEDLE)
+        return _program({**stale, "KEY": _ask(_KEY, "key", q, read=_KEY_SHORT)}, _NEEDLE)
     if "review" in low:
         phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
-        label = _need(_LABEL.search(low), "label", q)
+        label = _ask(_LABEL, "label", q, lower=True)
         op = "argmax" if re.search(r"\b(most|largest)\b", low) else "sum" if re.search(r"\b(amounts?|sum)\b", low) \
             else "count"
         return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label, "OP": op}, _AGGREGATE)
-    const = _CONST.search(q)
-    if const:
-        return _program({"NAME": const.group(0), "PATH": _need(_PATH.search(q), "settings path", q)}, _CONFIG)
-    name = _need(_FUNC.search(q), "function name", q)
+    if _CONST.search(q):
+        return _program({"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
+    name = _ask(_FUNC, "function name", q)
     if "defin" in low or "path of the file" in low:
         return _program({"NAME": name}, _WHERE)
     if "call" in low or "invoke" in low:

@@ -90,3 +90,19 @@ def test_teacher_speaks_token_ids_with_the_models_eos(tok, tiny_model_dir: Path)
         cut = client.post("/v1/completions", json={"prompt": served["tokens"], "max_tokens": 5}).json()["choices"][0]
         assert cut["finish_reason"] == "length" and len(cut["token_ids"]) == 5
         assert client.post("/v1/completions", json={"prompt": "text"}).status_code == 400
+
+
+def test_teacher_programs_fit_the_demo_output_cap(tok) -> None:
+    """A teacher turn longer than the cap would be cut in SFT data and unreachable in GRPO and evaluation."""
+    from fathom.config import load_config
+
+    cfg = load_config(Path(__file__).parents[2] / "configs" / "smoke.toml")
+    cap = cfg.trainer.max_completion_tokens
+    longest = {}
+    for family in cfg.sft.families:
+        for base in (0, 1_000_000, 2_000_000):  # train, test and held-out wordings
+            for seed in range(40):
+                reply = scripted_reply("teach", _conversation(generate(family, base + seed, 2048).question), 0.0)
+                n = len(tok(reply, add_special_tokens=False).input_ids) + 1  # and the end-of-turn token
+                longest[family] = max(longest.get(family, 0), n)
+    assert all(n <= cap for n in longest.values()), (cap, longest)

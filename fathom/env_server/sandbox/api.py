@@ -142,10 +142,13 @@ class SandboxPool:
             self._gen += 1
             self.zygote_restarts += 1
 
-    def new_episode(self, context: str, llm_handler: LlmHandler | None = None) -> "EpisodeSandbox":
-        """Fork a fresh worker with `context` preloaded as the variable `context`."""
+    def new_episode(self, context: str, llm_handler: LlmHandler | None = None,
+                    variables: dict[str, str] | None = None) -> "EpisodeSandbox":
+        """Fork a fresh worker with `context` preloaded as the variable `context`, and each of `variables` (short
+        strs, such as the episode's `question`) under its own name."""
         if not isinstance(context, str):
             raise TypeError(f"context must be a str, got {type(context).__name__}")
+        variables = _check_variables(variables or {})
         if len(context) > self.cfg.max_context_chars:
             raise ValueError(f"context has {len(context):,} characters, over sandbox.max_context_chars "
                              f"({self.cfg.max_context_chars:,}); raise that setting or shorten the document")
@@ -154,7 +157,7 @@ class SandboxPool:
         host, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             _write_context(memfd, context)
-            req = {"op": "fork", "ctx_len": os.fstat(memfd).st_size}
+            req = {"op": "fork", "ctx_len": os.fstat(memfd).st_size, "vars": variables}
             gen = self._gen
             try:
                 msg, fds, gen = self._request(req, [child.fileno(), memfd])
@@ -197,6 +200,20 @@ class SandboxPool:
 
 
 _CHUNK_CHARS = 8 << 20
+_RESERVED = frozenset({"context", "llm", "llm_batch", "FINAL", "FINAL_VAR", "SHOW_VARS"})
+_MAX_VARIABLE_CHARS = 64 * 1024
+
+
+def _check_variables(variables: dict[str, str]) -> dict[str, str]:
+    """Preloaded variables travel in the fork request, so they must be short strs under plain names."""
+    for name, value in variables.items():
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_") or name in _RESERVED:
+            raise ValueError(f"sandbox variable name {name!r} must be a plain identifier, not starting with '_' "
+                             f"and not one of {sorted(_RESERVED)}")
+        if not isinstance(value, str) or len(value) > _MAX_VARIABLE_CHARS:
+            raise ValueError(f"sandbox variable {name!r} must be a str of at most {_MAX_VARIABLE_CHARS:,} characters; "
+                             "pass long text as the context")
+    return dict(variables)
 
 
 def _write_context(fd: int, context: str) -> None:

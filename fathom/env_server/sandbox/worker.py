@@ -52,7 +52,8 @@ class CappedText:
 
 
 class Worker:
-    def __init__(self, sock: socket.socket, context: str, opts: dict[str, Any]) -> None:
+    def __init__(self, sock: socket.socket, context: str, opts: dict[str, Any],
+                 variables: dict[str, str] | None = None) -> None:
         self.sock, self.opts = sock, opts
         self.stdout = self.stderr = CappedText(opts["read_cap_chars"])
         self.final: str | None = None
@@ -76,6 +77,7 @@ class Worker:
 
         self.ns = restricted_globals(Printer)
         self.ns.update(_aug_item_=aug_item, _aug_attr_=aug_attr)
+        self.ns.update(variables or {})
         self.ns.update(context=context, **{name: _plain(name, fn) for name, fn in (
             ("llm", self.llm), ("llm_batch", self.llm_batch), ("FINAL", self.final_),
             ("FINAL_VAR", self.final_var), ("SHOW_VARS", self.show_vars))})
@@ -213,7 +215,8 @@ def _format_error(e: BaseException, code: str) -> str:
         return f"{type(e).__name__} (message unavailable)"
 
 
-def child_main(sock_fd: int, ctx_fd: int, ctx_len: int, tmpdir: str, opts: dict[str, Any]) -> None:
+def child_main(sock_fd: int, ctx_fd: int, ctx_len: int, tmpdir: str, opts: dict[str, Any],
+               variables: dict[str, str] | None = None) -> None:
     """Entry of a freshly forked worker. Never returns."""
     try:
         layers.set_parent_death_signal()
@@ -237,7 +240,7 @@ def child_main(sock_fd: int, ctx_fd: int, ctx_len: int, tmpdir: str, opts: dict[
             context = ""
         os.close(ctx_fd)
         sys.setrecursionlimit(opts["recursion_limit"])
-        worker = Worker(sock, context, opts)
+        worker = Worker(sock, context, opts, variables)
         del context
         applied = ["restricted"]
         for name, fn in (

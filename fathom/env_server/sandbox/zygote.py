@@ -76,7 +76,7 @@ class Zygote:
             if pid == 0:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-                worker.child_main(sock_fd, ctx_fd, int(msg["ctx_len"]), tmpdir, self.opts)
+                worker.child_main(sock_fd, ctx_fd, int(msg["ctx_len"]), tmpdir, self.opts, msg.get("vars") or {})
                 os._exit(0)
             self.children[pid] = (tmpdir, token)
             self.tokens[token] = pid

@@ -74,7 +74,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         harness = build_harness(self.rt, limits, proxy)
         cur = Current()
         try:
-            sandbox = await harness.new_sandbox(task.context, 0, cur)
+            sandbox = await harness.new_sandbox(task.context, task.question, 0, cur)
         except Unscorable as e:
             raise Unavailable(f"{e}; retry later") from None
         ep = StepEpisode(episode_id or uuid.uuid4().hex, task, sandbox, harness, cur, limits.max_turns)

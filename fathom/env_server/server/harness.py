@@ -261,11 +261,13 @@ class Harness:
 
     # --- sandbox helpers -----------------------------------------------------------------
 
-    async def new_sandbox(self, context: str, depth: int, cur: Current) -> Any:
+    async def new_sandbox(self, context: str, question: str, depth: int, cur: Current) -> Any:
+        """A fresh REPL holding `context` and `question` (the system prompt lists both)."""
         loop = asyncio.get_running_loop()
         handler = self.llm_handler(loop, depth, cur)
         try:
-            return await loop.run_in_executor(self.executor_for(depth), self.pool.new_episode, context, handler)
+            return await loop.run_in_executor(self.executor_for(depth), self.pool.new_episode, context, handler,
+                                              {"question": question})
         except Exception as e:
             raise Unscorable(f"the sandbox could not start an episode: {e}") from e
 
@@ -290,7 +292,7 @@ class Harness:
         """Chat, run the reply's code, feed back the output; until FINAL or a limit. Appends to `turns`."""
         assert self.proxy is not None
         cur = Current()
-        ep = await self.new_sandbox(context, depth, cur)
+        ep = await self.new_sandbox(context, question, depth, cur)
         role = "root" if depth == 0 else "subcall"
         messages = prompts.initial_messages(question, context, self.cfg.preview_chars)
         # The proxy checks that every turn of this conversation extends the one before.

@@ -17,6 +17,7 @@ Python REPL as the string variable `context`.
 Write Python in ```repl blocks. Every block runs in the same REPL and you see what it prints \
 (long output is cut). In the REPL you have:
 - `context`: the whole text, a str.
+- `question`: the question you are asked, a str.
 - `llm(prompt)`: asks a language model; returns its reply as a str. Put the piece of text it \
 needs in the prompt, and keep it small.
 - `llm_batch(prompts)`: runs several llm() prompts at once; returns a list of str.

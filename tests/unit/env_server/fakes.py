@@ -18,8 +18,9 @@ from fathom.env_server.sandbox import RunResult
 
 
 class FakeEpisode:
-    def __init__(self, context: str, handler: Callable[[list[str]], list[str]] | None):
-        self.ns: dict[str, Any] = {"context": context}
+    def __init__(self, context: str, handler: Callable[[list[str]], list[str]] | None,
+                 variables: dict[str, str] | None = None):
+        self.ns: dict[str, Any] = {**(variables or {}), "context": context}
         self.final_answer: str | None = None
         self.closed = False
         self._final: str | None = None
@@ -71,8 +72,8 @@ class FakePool:
     def __init__(self) -> None:
         self.episodes: list[FakeEpisode] = []
 
-    def new_episode(self, context: str, llm_handler: Any = None) -> FakeEpisode:
-        ep = FakeEpisode(context, llm_handler)
+    def new_episode(self, context: str, llm_handler: Any = None, variables: dict[str, str] | None = None) -> FakeEpisode:
+        ep = FakeEpisode(context, llm_handler, variables)
         self.episodes.append(ep)
         return ep
 

@@ -120,6 +120,23 @@ def test_bad_context_type(pool):
         pool.new_episode(b"bytes")  # type: ignore[arg-type]
 
 
+def test_preloaded_variables_sit_beside_context(pool):
+    ep = pool.new_episode("abc", variables={"question": "Which 'amber-fox'?"})
+    res = ep.run("import re\nprint(re.search('[a-z]+-[a-z]+', question).group(0), len(context))\nprint(SHOW_VARS())")
+    assert res.error is None
+    assert res.stdout.startswith("amber-fox 3\n") and "'question': 'str'" in res.stdout
+    assert ep.run("FINAL_VAR('question')").final_answer == "Which 'amber-fox'?"
+
+
+@pytest.mark.parametrize("variables, needle", [
+    ({"FINAL": "x"}, "must be a plain identifier"), ({"_q": "x"}, "must be a plain identifier"),
+    ({"a b": "x"}, "must be a plain identifier"), ({"q": 3}, "must be a str"), ({"q": "x" * 70_000}, "must be a str"),
+])
+def test_bad_preloaded_variable_is_a_clear_error(pool, variables, needle):
+    with pytest.raises(ValueError, match=needle):
+        pool.new_episode("", variables=variables)
+
+
 def test_required_layer_missing_fails_closed():
     with pytest.raises(SandboxError, match="bwrap"):
         SandboxPool(SandboxConfig(required_layers=["bwrap"], disabled_layers=["bwrap"]))

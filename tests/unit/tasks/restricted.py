@@ -18,7 +18,7 @@ def _import(name, globals=None, locals=None, fromlist=(), level=0):
     return importlib.import_module(name)
 
 
-def run_restricted(source: str, context: str) -> list[object]:
+def run_restricted(source: str, context: str, question: str = "") -> list[object]:
     """Compile under RestrictedPython's policy and run; returns every value passed to FINAL."""
     result = compile_restricted_exec(source, filename="<reference>")
     if result.errors:
@@ -29,6 +29,6 @@ def run_restricted(source: str, context: str) -> list[object]:
     builtins.update({"set": set, "__import__": _import})
     env = {"__builtins__": builtins, "_getattr_": safer_getattr, "_getitem_": default_guarded_getitem,
            "_getiter_": default_guarded_getiter, "_write_": full_write_guard, "__name__": "sandbox",
-           "__metaclass__": type, "context": context, "FINAL": finals.append}
+           "__metaclass__": type, "context": context, "question": question, "FINAL": finals.append}
     exec(result.code, env)
     return finals

@@ -11,7 +11,7 @@ from tests.unit.tasks.restricted import run_restricted
 
 
 def _solve(task) -> str | None:
-    finals = run_restricted(reference_solution(task.question), task.context)
+    finals = run_restricted(reference_solution(task.question), task.context, task.question)
     assert len(finals) == 1, f"{task.id}: FINAL called {len(finals)} times"
     return None if finals[0] is None else str(finals[0])
 
@@ -49,6 +49,22 @@ def test_sources_stay_inside_the_sandbox_rules() -> None:
         assert imports == ["import re"]
 
 
+def test_names_are_read_from_the_question_not_copied() -> None:
+    """One wording, one program: what the question names comes from the REPL's `question`, not from the source."""
+    for family in FAMILIES:
+        by_template: dict[str, set[str]] = {}
+        programs: dict[str, set[str]] = {}
+        for seed in range(40):
+            t = generate(family, seed, 4096)
+            by_template.setdefault(t.metadata.template, set()).add(t.question)
+            programs.setdefault(t.metadata.template, set()).add(reference_solution(t.question))
+        shared = [k for k, qs in by_template.items() if len(qs) > 1]
+        assert shared, f"{family}: no two questions of one wording in 40 seeds"
+        assert all(len(programs[k]) == 1 for k in shared), family
+    t, other = generate("needle", 4, 8192), generate("needle", 6, 8192)
+    assert run_restricted(reference_solution(t.question), t.context, other.question) != [t.gold.answer]
+
+
 def test_unknown_question_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="generated tasks only"):
         reference_solution("What is the meaning of life?")
@@ -67,7 +83,7 @@ def test_runs_with_the_sandbox_guards() -> None:
             assert not code.errors, code.errors
             finals: list[object] = []
             env = guards.restricted_globals(PrintCollector)
-            env.update(context=t.context, FINAL=finals.append)
+            env.update(context=t.context, question=t.question, FINAL=finals.append)
             exec(code.code, env)
             assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
 
