@@ -6,8 +6,8 @@ no tuple unpacking or augmented assignment (RestrictedPython needs extra guards 
 and only the most basic builtins (len, range, int, str, set, list). It ends in FINAL(...).
 It powers a scripted model that sees only the chat prompt, so it is given only the question.
 What the question names (a key, a function, a label) the program reads out of the REPL's
-`question` with the same pattern the teacher matched, so it never copies it by hand: a
-model that learns these programs need not copy a key out of a wording it never saw.
+`question` with the pattern the teacher matched (a shorter one for keys), so it never copies
+it by hand: a model that learns these programs need not copy a key out of a wording it never saw.
 """
 
 from __future__ import annotations
