@@ -22,6 +22,7 @@ from fathom.config.sandbox import SandboxConfig
 from fathom.env_server.sandbox import layers, wire
 from fathom.env_server.sandbox.episode import EpisodeSandbox
 from fathom.env_server.sandbox.results import RunResult, SandboxError
+from fathom.env_server.sandbox.worker import INJECTED
 
 log = logging.getLogger(__name__)
 LlmHandler = Callable[[list[str]], list[str]]
@@ -200,7 +201,7 @@ class SandboxPool:
 
 
 _CHUNK_CHARS = 8 << 20
-_RESERVED = frozenset({"context", "llm", "llm_batch", "FINAL", "FINAL_VAR", "SHOW_VARS"})
+_RESERVED = frozenset({"context", *INJECTED})
 _MAX_VARIABLE_CHARS = 64 * 1024
 
 

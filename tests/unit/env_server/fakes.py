@@ -72,7 +72,8 @@ class FakePool:
     def __init__(self) -> None:
         self.episodes: list[FakeEpisode] = []
 
-    def new_episode(self, context: str, llm_handler: Any = None, variables: dict[str, str] | None = None) -> FakeEpisode:
+    def new_episode(self, context: str, llm_handler: Any = None,
+                    variables: dict[str, str] | None = None) -> FakeEpisode:
         ep = FakeEpisode(context, llm_handler, variables)
         self.episodes.append(ep)
         return ep

@@ -22,7 +22,8 @@ def test_short_context_preview_is_whole_and_unmarked():
 
 
 def test_system_prompt_explains_every_tool():
-    for word in ("`context`", "`question`", "```repl", "llm(prompt)", "llm_batch(prompts)", "FINAL(answer)", "FINAL_VAR(name)"):
+    for word in ("`context`", "`question`", "```repl", "llm(prompt)", "llm_batch(prompts)", "FINAL(answer)",
+                 "FINAL_VAR(name)"):
         assert word in prompts.SYSTEM_PROMPT
 
 
