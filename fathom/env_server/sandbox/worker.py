@@ -52,8 +52,7 @@ class CappedText:
 
 
 class Worker:
-    def __init__(self, sock: socket.socket, context: str, opts: dict[str, Any],
-                 variables: dict[str, str] | None = None) -> None:
+    def __init__(self, sock: socket.socket, context: str, opts: dict[str, Any], variables: dict[str, str]) -> None:
         self.sock, self.opts = sock, opts
         self.stdout = self.stderr = CappedText(opts["read_cap_chars"])
         self.final: str | None = None
@@ -77,7 +76,7 @@ class Worker:
 
         self.ns = restricted_globals(Printer)
         self.ns.update(_aug_item_=aug_item, _aug_attr_=aug_attr)
-        self.ns.update(variables or {})
+        self.ns.update(variables)
         self.ns.update(context=context, **{name: _plain(name, fn) for name, fn in (
             ("llm", self.llm), ("llm_batch", self.llm_batch), ("FINAL", self.final_),
             ("FINAL_VAR", self.final_var), ("SHOW_VARS", self.show_vars))})
@@ -216,7 +215,7 @@ def _format_error(e: BaseException, code: str) -> str:
 
 
 def child_main(sock_fd: int, ctx_fd: int, ctx_len: int, tmpdir: str, opts: dict[str, Any],
-               variables: dict[str, str] | None = None) -> None:
+               variables: dict[str, str]) -> None:
     """Entry of a freshly forked worker. Never returns."""
     try:
         layers.set_parent_death_signal()
