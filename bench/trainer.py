@@ -75,13 +75,16 @@ def med(rows: list[dict], key: str) -> float | None:
 
 
 def plain_fwd_bwd(model_path: str, lengths: list[int], lora, bf16: bool, reps: int = 2) -> float:
-    """tokens/s of plain transformers fwd+bwd (LoRA, sdpa, one packed row of these sequence lengths)."""
+    """tokens/s of plain transformers fwd+bwd (LoRA, the trainer's CPU attention, one packed row of these lengths)."""
     import torch
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from fathom.trainer import cpu_compat
+
+    cpu_compat.apply(force=True)
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
-                                                                attn_implementation="sdpa"), lora)
+                                                                attn_implementation=cpu_compat.SEGMENT_SDPA), lora)
     model.train()
     n = sum(lengths)
     ids = torch.randint(0, 40000, (1, n))

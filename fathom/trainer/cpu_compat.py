@@ -1,9 +1,10 @@
 """What TRL 1.15's AsyncGRPOTrainer needs to run without CUDA. Applied only when CUDA is absent.
 
 TRL assumes CUDA in three places (DESIGN.md, "Facts measured"):
-1. `attn_implementation="kernels-community/flash-attn3"` is hard-coded; on CPU we load with `sdpa`, which
-   handles TRL's padding-free rows because transformers builds a block-diagonal mask from the
-   `position_ids` resets when no attention mask is passed.
+1. `attn_implementation="kernels-community/flash-attn3"` is hard-coded; on CPU we load with `segment_sdpa`
+   (below): TRL's padding-free rows hold several sequences, `position_ids` resetting at each, and it runs
+   causal SDPA on each sequence alone. transformers' own `sdpa` builds a block-diagonal [row, row] mask from
+   those resets instead, and a masked SDPA on CPU runs about 3x slower (bench/trainer.py, `attention`).
 2. `get_peak_flops_per_device` calls `torch.cuda`; on CPU it returns `CPU_PEAK_FLOPS`.
 3. The chunked log-prob kernel is Triton-only (and Triton is absent from CPU wheels); on CPU the fused
    LM head calls `TorchChunkedLogProb`, the same signature and outputs in plain torch.
@@ -26,6 +27,9 @@ CPU_PEAK_FLOPS = {"float32": 236e9, "bfloat16": 1409e9}
 
 TOKEN_CHUNK = 1024
 """Tokens per log-prob tile: [1024, vocab] fp32 logits is 200 MB for a 49k vocabulary, recomputed in backward."""
+
+SEGMENT_SDPA = "fathom_segment_sdpa"
+"""The attention implementation name `segment_sdpa` is registered under in transformers."""
 
 _applied = False
 
@@ -130,10 +134,39 @@ class TorchChunkedLogProb:
                 cat(means) if "mean_logits" in outputs else None, cat(tops) if "is_top1" in outputs else None)
 
 
-def _sdpa_model_from_path(original):
+def segment_bounds(position_ids: torch.Tensor) -> list[int]:
+    """Where each packed sequence of one row starts, plus the row's length: a sequence starts at 0 and wherever
+    the position does not follow the one before it."""
+    starts = torch.nonzero(position_ids[1:] != position_ids[:-1] + 1).flatten() + 1
+    return [0, *starts.tolist(), position_ids.shape[0]]
+
+
+def segment_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Causal attention of padding-free rows, one packed sequence at a time; the same result as a block-diagonal
+    causal mask. Query/key/value are [batch, heads, tokens, head_dim]; returns [batch, tokens, heads, head_dim]
+    like transformers' attention functions. Rows with padding are refused: TRL's trainer never sends them."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if attention_mask is not None:
+        raise ValueError(f"{SEGMENT_SDPA} takes padding-free rows (position_ids resetting per sequence) and no "
+                         "attention mask; load the model with attn_implementation='sdpa' for padded batches")
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None or query.shape[2] != key.shape[2]:  # one causal sequence, or decoding with a cache
+        return sdpa_attention_forward(module, query, key, value, None, dropout, scaling, is_causal=True)
+    rows = []
+    for b in range(query.shape[0]):
+        bounds = segment_bounds(position_ids[b] if position_ids.shape[0] > 1 else position_ids[0])
+        parts = [sdpa_attention_forward(module, query[b:b + 1, :, s:e], key[b:b + 1, :, s:e], value[b:b + 1, :, s:e],
+                                        None, dropout, scaling, is_causal=True)[0]
+                 for s, e in zip(bounds, bounds[1:])]
+        rows.append(torch.cat(parts, dim=1))
+    return torch.cat(rows, dim=0), None
+
+
+def _segment_sdpa_model_from_path(original):
     def create_model_from_path(model_id, architecture=None, **kwargs):
         if str(kwargs.get("attn_implementation", "")).startswith("kernels-community/"):
-            kwargs["attn_implementation"] = "sdpa"
+            kwargs["attn_implementation"] = SEGMENT_SDPA
         return original(model_id, architecture, **kwargs)
 
     return create_model_from_path
@@ -155,7 +188,14 @@ def apply(force: bool = False) -> bool:
     from trl.experimental.async_grpo import async_grpo_trainer as agt
     from trl.experimental.async_grpo import async_rollout_worker as arw
 
-    agt.create_model_from_path = _sdpa_model_from_path(agt.create_model_from_path)
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
+    AttentionInterface.register(SEGMENT_SDPA, segment_sdpa)
+    # Its mask is flash attention's: none for unpadded rows, the 2D padding mask otherwise (which segment_sdpa
+    # refuses). Unregistered, transformers would drop a padding mask without a word.
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_SDPA, flash_attention_mask)
+    agt.create_model_from_path = _segment_sdpa_model_from_path(agt.create_model_from_path)
     agt.get_peak_flops_per_device = _cpu_peak_flops
     trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
     if importlib.util.find_spec("vllm") is None:

@@ -1,4 +1,5 @@
-"""The pure-torch log-prob function against a reference log_softmax, and the TRL version gate."""
+"""The pure-torch log-prob function against a reference log_softmax, per-sequence attention of packed rows against
+the same sequences run alone, and the TRL version gate."""
 
 from __future__ import annotations
 
@@ -65,6 +66,56 @@ def test_apply_patches_trl_for_cpu():
 
     assert u._ChunkedLogProbFunction is TorchChunkedLogProb
     assert agt.get_peak_flops_per_device(None, "bfloat16") == cpu_compat.CPU_PEAK_FLOPS["bfloat16"]
+    from transformers import AttentionInterface
+
+    assert AttentionInterface()[cpu_compat.SEGMENT_SDPA] is cpu_compat.segment_sdpa
+    seen = {}
+    wrapped = cpu_compat._segment_sdpa_model_from_path(lambda model_id, architecture, **kw: seen.update(kw))
+    wrapped("m", attn_implementation="kernels-community/flash-attn3")
+    assert seen["attn_implementation"] == cpu_compat.SEGMENT_SDPA
+
+
+def test_segment_bounds_split_where_positions_restart():
+    assert cpu_compat.segment_bounds(torch.tensor([0, 1, 2, 0, 1, 0])) == [0, 3, 5, 6]
+    assert cpu_compat.segment_bounds(torch.tensor([5, 6, 7])) == [0, 3]  # one sequence, offset
+    assert cpu_compat.segment_bounds(torch.tensor([0, 1, 2, 3])) == [0, 4]
+
+
+def _tiny_llama(impl: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, attn_implementation=impl)
+    return LlamaForCausalLM(cfg).double()
+
+
+def test_segment_sdpa_packed_row_equals_each_sequence_alone():
+    cpu_compat.apply(force=True)
+    lengths = [7, 12, 5]
+    torch.manual_seed(1)
+    ids = torch.randint(0, 97, (1, sum(lengths)))
+    pos = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+    seg, ref = _tiny_llama(cpu_compat.SEGMENT_SDPA), _tiny_llama("sdpa")
+    packed = seg(input_ids=ids, position_ids=pos, use_cache=False).logits
+    alone = torch.cat([ref(input_ids=part, use_cache=False).logits for part in ids.split(lengths, dim=1)], dim=1)
+    assert torch.allclose(packed, alone, atol=1e-10)
+    # the same gradients as transformers' block-diagonal mask on the same packed row
+    seg(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss.backward()
+    ref(input_ids=ids, position_ids=pos, labels=ids, use_cache=False).loss.backward()
+    for a, b in zip(seg.parameters(), ref.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-10)
+    # ignoring the resets would let a sequence attend to the one before it: the check above can fail
+    whole = seg(input_ids=ids, use_cache=False).logits
+    assert not torch.allclose(whole[:, lengths[0]:], alone[:, lengths[0]:], atol=1e-3)
+
+
+def test_segment_sdpa_refuses_a_padding_mask():
+    cpu_compat.apply(force=True)
+    model = _tiny_llama(cpu_compat.SEGMENT_SDPA)
+    ids = torch.randint(0, 97, (1, 6))
+    with pytest.raises(ValueError, match="padding-free rows"):
+        model(input_ids=ids, attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0]]), use_cache=False)
 
 
 def _no_native_bf16(monkeypatch):
