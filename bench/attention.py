@@ -4,7 +4,7 @@ The trainer packs several sequences into one row, `position_ids` resetting at ea
 transformers' `sdpa` turns the resets into a [row, row] block-diagonal mask; `segment_sdpa`
 (fathom/trainer/cpu_compat.py, what the trainer loads on CPU) runs causal SDPA on each sequence alone. Both run
 the embedded model on the same row, pinned to one core as the trainer is, under bf16 autocast where it is native.
-Prints one JSON object: tokens/s of each, their ratio, and each one's largest logit difference from running every
+Prints one JSON object with a `targets` list: tokens/s of each, their ratio, and each one's largest logit difference from running every
 sequence on its own (the result both should reproduce).
 
     .venv/bin/python bench/attention.py [--lengths 1100,1000,900,1000] [--cpu 1] [--reps 2]
@@ -15,27 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def fwd_bwd(model, ids, pos, bf16: bool, reps: int) -> tuple[float, object]:
-    import torch
-
-    times, logits = [], None
-    for _ in range(reps + 1):
-        t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            out = model(input_ids=ids, position_ids=pos, labels=ids, use_cache=False)
-        out.loss.backward()
-        model.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
-        logits = out.logits.detach().float()
-    return ids.shape[1] / statistics.median(times[1:]), logits
+from trainer import fwd_bwd  # noqa: E402  (bench/trainer.py, beside this script)
 
 
 def main() -> None:
@@ -76,6 +60,12 @@ def main() -> None:
         out[f"{name}_tok_s"] = round(rate, 1)
         out[f"{name}_max_abs_logit_diff_from_alone"] = float((logits - alone).abs().max())
     out["speedup"] = round(out["segment_sdpa_tok_s"] / out["block_mask_sdpa_tok_s"], 2)
+    diff = out["segment_sdpa_max_abs_logit_diff_from_alone"]
+    out["targets"] = [
+        {"name": "segment_over_block_mask_fwd_bwd", "value": out["speedup"], "target": ">= 1.5",
+         "met": out["speedup"] >= 1.5},
+        {"name": "segment_sdpa_max_abs_logit_diff_from_alone", "value": diff, "target": "<= 1e-3", "met": diff <= 1e-3},
+    ]
     print(json.dumps(out))
 
 

@@ -89,7 +89,14 @@ def plain_fwd_bwd(model_path: str, lengths: list[int], lora, bf16: bool, reps: i
     n = sum(lengths)
     ids = torch.randint(0, 40000, (1, n))
     pos = torch.cat([torch.arange(L) for L in lengths]).unsqueeze(0)
-    times = []
+    return fwd_bwd(model, ids, pos, bf16, reps)[0]
+
+
+def fwd_bwd(model, ids, pos, bf16: bool, reps: int) -> tuple[float, object]:
+    """tokens/s of `model`'s fwd+bwd on one packed row (median of `reps` after a warm-up), and the last logits."""
+    import torch
+
+    times, logits = [], None
     for _ in range(reps + 1):
         t0 = time.perf_counter()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -97,7 +104,8 @@ def plain_fwd_bwd(model_path: str, lengths: list[int], lora, bf16: bool, reps: i
         out.loss.backward()
         model.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - t0)
-    return n / statistics.median(times[1:])
+        logits = out.logits.detach().float()
+    return ids.shape[1] / statistics.median(times[1:]), logits
 
 
 class RolloutLoad:

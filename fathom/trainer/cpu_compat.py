@@ -4,7 +4,7 @@ TRL assumes CUDA in three places (DESIGN.md, "Facts measured"):
 1. `attn_implementation="kernels-community/flash-attn3"` is hard-coded; on CPU we load with `segment_sdpa`
    (below): TRL's padding-free rows hold several sequences, `position_ids` resetting at each, and it runs
    causal SDPA on each sequence alone. transformers' own `sdpa` builds a block-diagonal [row, row] mask from
-   those resets instead, and a masked SDPA on CPU runs about 3x slower (bench/trainer.py, `attention`).
+   those resets instead, and that masked SDPA made LoRA fwd+bwd 2.2-2.8x slower on CPU (bench/attention.py).
 2. `get_peak_flops_per_device` calls `torch.cuda`; on CPU it returns `CPU_PEAK_FLOPS`.
 3. The chunked log-prob kernel is Triton-only (and Triton is absent from CPU wheels); on CPU the fused
    LM head calls `TorchChunkedLogProb`, the same signature and outputs in plain torch.
