@@ -4,8 +4,8 @@ The trainer packs several sequences into one row, `position_ids` resetting at ea
 transformers' `sdpa` turns the resets into a [row, row] block-diagonal mask; `segment_sdpa`
 (fathom/trainer/cpu_compat.py, what the trainer loads on CPU) runs causal SDPA on each sequence alone. Both run
 the embedded model on the same row, pinned to one core as the trainer is, under bf16 autocast where it is native.
-Prints one JSON object with a `targets` list: tokens/s of each, their ratio, and each one's largest logit difference from running every
-sequence on its own (the result both should reproduce).
+Prints one JSON object with a `targets` list: tokens/s of each, their ratio, and each one's largest logit
+difference from running every sequence on its own (the result both should reproduce).
 
     .venv/bin/python bench/attention.py [--lengths 1100,1000,900,1000] [--cpu 1] [--reps 2]
 """
@@ -47,15 +47,14 @@ def main() -> None:
     lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
     out: dict = {"bench": "attention", "model": "embedded (SmolLM2-135M-Instruct)", "lengths": lengths,
                  "bf16_autocast": bf16, "cpu": a.cpu}
-    starts = [0, *torch.tensor(lengths).cumsum(0).tolist()[:-1]]
     for impl in ("sdpa", cpu_compat.SEGMENT_SDPA):
         model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(prepare_embedded()), dtype=torch.float32,
                                                                     attn_implementation=impl), lora)
         model.train()
         rate, logits = fwd_bwd(model, ids, pos, bf16, a.reps)
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            alone = torch.cat([model(input_ids=ids[:, s:s + n], use_cache=False).logits.float()
-                               for s, n in zip(starts, lengths)], dim=1)
+            alone = torch.cat([model(input_ids=part, use_cache=False).logits.float()
+                               for part in ids.split(lengths, dim=1)], dim=1)
         name = "block_mask_sdpa" if impl == "sdpa" else "segment_sdpa"
         out[f"{name}_tok_s"] = round(rate, 1)
         out[f"{name}_max_abs_logit_diff_from_alone"] = float((logits - alone).abs().max())
