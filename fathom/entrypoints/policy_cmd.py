@@ -53,14 +53,16 @@ def serve(
 ) -> None:
     """Start vLLM with what the pipeline needs and keep it running; stops its process group on exit."""
     cfg = config_from(ctx, config)
-    server = start_policy_server(cfg, enforce_eager)
 
-    def _stop(signum, _frame):
-        server.stop()
+    def _exit(signum, _frame):
         sys.exit(128 + signum)
 
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    # Installed before vLLM starts: vLLM runs in its own session, so a SIGTERM that killed this process while
+    # vLLM was still starting (a launcher stopping it) would leave vLLM running. SystemExit reaches the
+    # `except BaseException` of start_policy_server, or the `finally` below, and both stop vLLM's group.
+    signal.signal(signal.SIGTERM, _exit)
+    signal.signal(signal.SIGINT, _exit)
+    server = start_policy_server(cfg, enforce_eager)
     try:
         while server.alive():
             time.sleep(1.0)

@@ -19,7 +19,7 @@ from tests.ports import free_port
 FAKE = """#!/usr/bin/env bash
 sleep 300 &
 echo $! > {pidfile}
-exec {python} -c '
+{starting}exec {python} -c '
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -45,11 +45,14 @@ def _gone(pid: int, within: float = 15.0) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_serve_stops_the_process_group_on_signal(tmp_path, sig):
+@pytest.mark.parametrize("healthy", [True, False], ids=["serving", "starting"])
+def test_serve_stops_the_process_group_on_signal(tmp_path, sig, healthy):
+    # "starting": the signal comes while vLLM has not answered /health yet (a launcher stopping it early).
     port = free_port()
     pidfile = tmp_path / "grandchild.pid"
     fake = tmp_path / "fake-python"
-    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port))
+    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port,
+                                starting="" if healthy else "exec sleep 300\n"))
     fake.chmod(0o755)
     model = tmp_path / "model"
     model.mkdir()
