@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fathom.config.base import FathomModel
+from fathom.config.cpus import checked_cpu_spec
 
 Stage = Literal["sft", "grpo", "eval"]
 
@@ -17,6 +18,12 @@ class LaunchConfig(FathomModel):
 
     eval_watch: bool = False
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""
+
+    eval_policy_cores: str = ""
+    """CPU only: cores vLLM's model worker gets for the final evaluation (a list like `0-1`, or `auto`). Set and
+    different from `policy_server.cpu_cores`, the launcher restarts the policy server on them before the
+    evaluation (after GRPO, so no trainer shares the machine then), or starts it there when evaluation is the only
+    stage. Empty: vLLM stays on `policy_server.cpu_cores` throughout."""
 
     fence_trainer_cores: bool = True
     """While GRPO runs, keep every server (vLLM's API process, the proxy, the env server and its sandboxes) off
@@ -41,3 +48,8 @@ class LaunchConfig(FathomModel):
     stall_grace_s: float = Field(300.0, gt=0)
     """The supervisor stops GRPO when its metrics.jsonl is older than `trainer.watchdog_s` plus this: the
     trainer's own watchdog should have ended it by then, so the trainer is too stuck to notice."""
+
+    @field_validator("eval_policy_cores", mode="before")
+    @classmethod
+    def _eval_policy_cores(cls, v: object) -> object:
+        return checked_cpu_spec(v, ("", "auto", "nobind"))

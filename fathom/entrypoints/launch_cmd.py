@@ -26,7 +26,8 @@ from fathom.trainer.anchor import missing_rows, rows_path
 @dataclass(frozen=True)
 class Step:
     kind: str
-    """`server` (kept up, health-checked) or `stage` (run to completion)."""
+    """`server` (kept up, health-checked), `restart` (a running server stopped and started again with new
+    arguments) or `stage` (run to completion)."""
     name: str
     argv: list[str]
     health_url: str | None = None
@@ -92,6 +93,16 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
             init += ["--trainer.sft_anchor_data", anchor]
         steps.append(Step("stage", "grpo", [*fathom, "train", *common, *init]))
     if "eval" in cfg.launch.stages:
+        cores = cfg.launch.eval_policy_cores
+        if cores and cores != cfg.policy_server.cpu_cores:
+            # No trainer runs beside the evaluation, so its cores are free for vLLM (the overlap check between
+            # the two settings is for runs where both share the machine).
+            policy = server_steps(cfg, config_path, [*overrides, "--policy_server.cpu_cores", cores,
+                                                     "--trainer.cpu_cores="])[0]
+            if any(s.kind == "stage" for s in steps):
+                steps.append(Step("restart", policy.name, policy.argv, policy.health_url))
+            else:
+                steps[0] = policy
         stages = ["--stage", "base"]
         if start:
             stages += ["--stage", f"{start_label}={start}"]
@@ -168,13 +179,19 @@ def launch(
                                   on_tick=status.update, on_restart=hooks.get(s.name))
                     console.print(f"[green]{s.name} {'healthy' if s.health_url else 'started'}[/] "
                                   f"({s.health_url or 'no health URL'})")
+                elif s.kind == "restart":
+                    with console.status(f"restarting {s.name} for the evaluation on cores "
+                                        f"{lc.eval_policy_cores}") as status:
+                        sup.replace(s.name, s.argv, s.health_url, lc.server_start_timeout_s,
+                                    on_tick=status.update, on_restart=hooks.get(s.name))
+                    console.print(f"[green]{s.name} restarted on cores {lc.eval_policy_cores}[/] ({s.health_url})")
                 else:
                     console.rule(f"stage {s.name}")
                     stall = {"heartbeat": cfg.run_dir / "metrics.jsonl",
                              "stall_s": cfg.trainer.watchdog_s + lc.stall_grace_s} if s.name == "grpo" else {}
                     with trainer_fence(cfg, s.name, console):
                         sup.run_stage(s.name, s.argv, **stall)
-                step_s[s.name] = round(time.monotonic() - t_step, 1)
+                step_s[f"{s.name} restart" if s.kind == "restart" else s.name] = round(time.monotonic() - t_step, 1)
     except LaunchError as e:
         die(f"the main job stopped: {e}", code=1)
     except KeyboardInterrupt:

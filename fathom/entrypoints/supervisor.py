@@ -140,6 +140,19 @@ class Supervisor:
                     on_tick(f"starting {name}: {waited:.0f} s")
                 time.sleep(self.poll_s)
 
+    def replace(self, name: str, argv: list[str], health_url: str | None, timeout_s: float,
+                on_tick: Callable[[str], None] | None = None,
+                on_restart: Callable[["Child"], None] | None = None) -> Child:
+        """Stop server `name` (its whole process group) and start it again with `argv`, e.g. other settings for
+        the next stage; waits until it is healthy, like `serve`."""
+        old = next((c for c in self.children if c.server and c.name == name), None)
+        if old is None:
+            raise LaunchError(f"{name} cannot be restarted: no server of that name is running")
+        self._note(old, f"stopped, to start again as: {' '.join(argv)}")
+        self._stop(old, self.stop_timeout_s)
+        self.children.remove(old)
+        return self.serve(name, argv, health_url, timeout_s, on_tick=on_tick, on_restart=on_restart)
+
     def check_servers(self) -> None:
         """Restart dead servers (with backoff), finish restarts whose server is healthy again, and raise
         LaunchError when one died too often. Stages are checked by `run_stage`."""
@@ -253,16 +266,23 @@ class Supervisor:
             _signal_group(c.proc, signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout_s
         for c in reversed(self.children):
-            try:
-                c.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                pass
-            _signal_group(c.proc, signal.SIGKILL)  # also reaps grandchildren that outlived their parent
-            try:
-                c.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            self._stop(c, max(deadline - time.monotonic(), 0.1), term=False)
         self.children.clear()
+
+    @staticmethod
+    def _stop(c: Child, timeout_s: float, term: bool = True) -> None:
+        """SIGTERM `c`'s process group (unless the caller did), then SIGKILL what is left after `timeout_s`."""
+        if term:
+            _signal_group(c.proc, signal.SIGTERM)
+        try:
+            c.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(c.proc, signal.SIGKILL)  # also reaps grandchildren that outlived their parent
+        try:
+            c.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def _copy(stream, log_path: Path) -> None:

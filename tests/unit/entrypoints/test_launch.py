@@ -88,6 +88,29 @@ def test_the_sft_anchor_with_a_starting_adapter_reads_the_rows_beside_it_or_name
     assert anchor_arg() == str(tmp_path / "sft" / "data.jsonl")
 
 
+def test_the_evaluation_gets_its_own_policy_cores() -> None:
+    over = ["--launch.eval_policy_cores", "0-1", "--policy_server.cpu_cores", "0", "--trainer.cpu_cores", "1"]
+    cfg = load_config(ROOT / "configs/smoke.toml", over)
+    steps = plan(cfg, "configs/smoke.toml", over)
+    assert _names(steps)[-2:] == [("restart", "policy"), ("stage", "eval")]
+    first, again = steps[0].argv, steps[-2].argv
+    assert _arg(first, "--policy_server.cpu_cores") == "0" and steps[-2].health_url == steps[0].health_url
+    # the last override wins, and the restarted server's config drops the trainer's cores it would overlap
+    assert again[-3:] == ["--policy_server.cpu_cores", "0-1", "--trainer.cpu_cores="]
+    restarted = load_config(ROOT / "configs/smoke.toml", again[again.index("-c") + 2:])
+    assert restarted.policy_server.cpu_cores == "0-1" and restarted.trainer.cpu_cores == ""
+
+    alone = load_config(ROOT / "configs/smoke.toml", [*over, "--launch.stages", '["eval"]'])
+    steps = plan(alone, "configs/smoke.toml", [])  # nothing runs before the evaluation: start vLLM there at once
+    assert _names(steps) == [("server", "policy"), ("server", "proxy"), ("server", "env"), ("stage", "eval")]
+    assert _arg(steps[0].argv, "--policy_server.cpu_cores") == "0-1"
+
+    same = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_policy_cores", cfg.policy_server.cpu_cores])
+    assert "restart" not in [s.kind for s in plan(same, "configs/smoke.toml", [])]
+    with pytest.raises(Exception, match="eval_policy_cores"):
+        load_config(ROOT / "configs/smoke.toml", ["--launch.eval_policy_cores", "1-0"])
+
+
 def test_eval_watch_runs_beside_grpo() -> None:
     cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]'])
     assert _names(plan(cfg, "configs/smoke.toml", [])) == [

@@ -130,6 +130,22 @@ def _wait_for(cond, within: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def test_a_server_replaced_with_new_arguments_leaves_nothing_of_the_old_one(tmp_path: Path) -> None:
+    with Supervisor(tmp_path / "logs", poll_s=0.05) as sup:
+        old, grandchild = _start_server(sup, tmp_path)
+        port = old.health_url.split(":")[-1].split("/")[0]
+        pidfile = tmp_path / "again.grandchild"
+        new = sup.replace("policy", [sys.executable, "-c", SERVER, port, str(pidfile)], old.health_url, timeout_s=30)
+        # the old group (server and grandchild) is gone before the new one binds the same port
+        assert _gone(old.proc.pid) and _gone(grandchild) and new.alive()
+        assert [c.name for c in sup.children] == ["policy"] and sup.children[0] is new and new.server
+        with pytest.raises(LaunchError, match="no server of that name"):
+            sup.replace("proxy", new.argv, None, timeout_s=5)
+    assert _gone(new.proc.pid)
+    log = (tmp_path / "logs" / "policy.log").read_text()
+    assert log.splitlines().count("server up") == 2 and "--- fathom launch: stopped, to start again as:" in log
+
+
 def test_a_dead_server_is_restarted_with_backoff_and_its_state_reapplied(tmp_path: Path) -> None:
     fast = Restarts(limit=3, backoff_s=0.2, backoff_max_s=1.0, start_timeout_s=30)
     restored: list[int] = []
