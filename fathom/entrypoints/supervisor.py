@@ -151,7 +151,24 @@ class Supervisor:
         self._note(old, f"stopped, to start again as: {' '.join(argv)}")
         self._stop(old, self.stop_timeout_s)
         self.children.remove(old)
+        if health_url and not self._silent(health_url, self.stop_timeout_s):
+            # Else the health wait below would take the old server's answer for the new one's.
+            raise LaunchError(f"{name} was stopped, but {health_url} still answers after {self.stop_timeout_s:.0f} s: "
+                              "a process outside its process group holds the port; stop that process and run again")
         return self.serve(name, argv, health_url, timeout_s, on_tick=on_tick, on_restart=on_restart)
+
+    def _silent(self, url: str, timeout_s: float) -> bool:
+        """True once nothing answers at `url`, False if something still does after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                try:
+                    http.get(url)
+                except httpx.HTTPError:
+                    return True
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(self.poll_s)
 
     def check_servers(self) -> None:
         """Restart dead servers (with backoff), finish restarts whose server is healthy again, and raise

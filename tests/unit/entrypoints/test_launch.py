@@ -23,13 +23,13 @@ def test_plan_starts_servers_then_sft_grpo_eval() -> None:
     cfg = load_config(ROOT / "configs/smoke.toml")
     steps = plan(cfg, "configs/smoke.toml", ["--trainer.max_steps", "3"])
     assert _names(steps) == [("server", "policy"), ("server", "proxy"), ("server", "env"),
-                             ("stage", "sft"), ("stage", "grpo"), ("stage", "eval")]
+                             ("stage", "sft"), ("stage", "grpo"), ("restart", "policy"), ("stage", "eval")]
     assert steps[0].health_url == f"http://127.0.0.1:{cfg.policy_server.port}/health"
     assert steps[1].health_url == f"http://127.0.0.1:{cfg.capture_proxy.port}/healthz"
     grpo = steps[4].argv
     assert grpo[grpo.index("--trainer.init_adapter") + 1] == str(cfg.run_dir / "sft" / "adapter")
     assert all(s.argv[s.argv.index("-c") + 1:][:3] == ["configs/smoke.toml", "--trainer.max_steps", "3"] for s in steps)
-    ev = steps[5].argv
+    ev = steps[6].argv
     assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == [
         "base", f"sft={cfg.run_dir / 'sft' / 'adapter'}", f"grpo={cfg.run_dir / 'final'}"]
 

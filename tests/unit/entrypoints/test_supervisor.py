@@ -146,6 +146,32 @@ def test_a_server_replaced_with_new_arguments_leaves_nothing_of_the_old_one(tmp_
     assert log.splitlines().count("server up") == 2 and "--- fathom launch: stopped, to start again as:" in log
 
 
+def test_a_replaced_server_whose_port_still_answers_is_not_taken_for_the_new_one(tmp_path: Path) -> None:
+    # Something outside the old server's process group keeps answering its health URL after the stop.
+    import http.server
+    import threading
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    stray = http.server.HTTPServer(("127.0.0.1", free_port()), Ok)
+    threading.Thread(target=stray.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{stray.server_port}/health"
+    try:
+        with Supervisor(tmp_path / "logs", poll_s=0.05, stop_timeout_s=1.0) as sup:
+            old, _ = _start_server(sup, tmp_path)
+            with pytest.raises(LaunchError, match="still answers after 1 s"):
+                sup.replace("policy", old.argv, url, timeout_s=30)
+            assert _gone(old.proc.pid) and sup.children == []  # the old one stopped, no new one started
+    finally:
+        stray.shutdown()
+
+
 def test_a_dead_server_is_restarted_with_backoff_and_its_state_reapplied(tmp_path: Path) -> None:
     fast = Restarts(limit=3, backoff_s=0.2, backoff_max_s=1.0, start_timeout_s=30)
     restored: list[int] = []
