@@ -177,12 +177,14 @@ def create_app(
         if not isinstance(raw, dict):
             return error(400, "body must be a JSON object (vLLM's /tokenize request)", "invalid_json")
         prompt, messages = raw.get("prompt"), raw.get("messages")
-        if not (isinstance(prompt, str) or (isinstance(messages, list) and messages
-                                            and all(isinstance(m, dict) for m in messages))):
-            return error(400, 'body must carry "prompt" (a string) or "messages" (a non-empty list of chat messages)',
-                         "invalid_request")
+        chat = isinstance(messages, list) and bool(messages) and all(isinstance(m, dict) for m in messages)
+        # Exactly one of the two: with both, which one the engine tokenizes is up to the engine.
+        if not ((isinstance(prompt, str) and messages is None) or (chat and prompt is None)):
+            return error(400, 'body must carry exactly one of "prompt" (a string) or "messages" (a non-empty list '
+                         "of chat messages)", "invalid_request")
         try:
-            resp = await state.upstream.post("/tokenize", orjson.dumps(raw | {"model": base_model}))
+            body = {k: v for k, v in raw.items() if v is not None or k not in ("prompt", "messages")}  # the one given
+            resp = await state.upstream.post("/tokenize", orjson.dumps(body | {"model": base_model}))
         except UpstreamError as e:
             return error(502, f"policy server call failed: {e}", "upstream_" + e.kind)
         if resp.status >= 500:  # the engine's own failure is a bad gateway here, not this proxy's

@@ -83,4 +83,9 @@ def test_policy_version_wrong_types_are_400(make_proxy, body):
 def test_tokenize_wrong_type_is_400(proxy):
     r = proxy.http.post("/tokenize", json=["a"])
     assert r.status_code == 400
+    # A prompt beside a messages field that is not a chat (found by the schema fuzzer), or beside a real chat.
+    for body in ({"prompt": "a", "messages": False}, {"prompt": "a", "messages": [{"role": "user", "content": "b"}]}):
+        r = proxy.http.post("/tokenize", json=body)
+        assert r.status_code == 400 and "exactly one of" in _message(r), body
+    assert proxy.http.post("/tokenize", json={"prompt": "a", "messages": None}).status_code == 200
     _healthy(proxy)
