@@ -34,16 +34,21 @@ class CheckpointWriteError(RuntimeError):
 
 
 class _VersionTap:
-    """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read; None
-    for a sample whose turns came from more than one version (a weight sync landed inside its episode)."""
+    """Stands in for the rollout queue: records each sample's policy version by its token ids as it is read, with
+    how many read samples share those ids. The version is None for a sample whose turns came from more than one
+    version (a weight sync landed inside its episode), and for ids shared by samples of different versions: the
+    packed batch cannot tell them apart (a group of short episodes often holds identical ones)."""
 
-    def __init__(self, queue: Any, versions: dict[int, int | None]):
+    def __init__(self, queue: Any, versions: dict[int, list]):
         self.queue, self.versions = queue, versions
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         sample = self.queue.get(*args, **kwargs)
-        mixed = sample.metrics.get(MIXED, 0.0)
-        self.versions[hash(tuple(sample.input_ids))] = None if mixed else sample.model_version
+        version = None if sample.metrics.get(MIXED, 0.0) else sample.model_version
+        entry = self.versions.setdefault(hash(tuple(sample.input_ids)), [version, 0])
+        if entry[0] != version:
+            entry[0] = None
+        entry[1] += 1
         return sample
 
     def qsize(self) -> int:
@@ -87,7 +92,7 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
 
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()
-        self._sample_versions: dict[int, int | None] = {}
+        self._sample_versions: dict[int, list] = {}
         if self._rollout_dataset is not None:
             self._rollout_dataset.queue = _VersionTap(self._rollout_dataset.queue, self._sample_versions)
         return loader
@@ -98,8 +103,14 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
         on = torch.zeros(len(ids), dtype=torch.bool)
         versions = getattr(self, "_sample_versions", {})
         for a, b in zip(starts[:-1], starts[1:]):
-            v = versions.pop(hash(tuple(ids[a:b].tolist())), None)
-            on[a:b] = v == self.model_version
+            key = hash(tuple(ids[a:b].tolist()))
+            entry = versions.get(key)
+            if entry is None:
+                continue
+            on[a:b] = entry[0] is not None and entry[0] == self.model_version
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del versions[key]
         return on
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

@@ -34,6 +34,25 @@ def test_a_sample_whose_episode_spans_a_sync_is_never_on_policy():
     assert versions == {}  # each sample's entry is used once
 
 
+def test_identical_samples_of_different_versions_are_not_on_policy():
+    """Short episodes of one group are often token for token the same; the packed batch cannot tell which copy is
+    which, so ids shared across versions never count on-policy. Shared ids of one version all do."""
+    q: queue.Queue = queue.Queue()
+    samples = [_sample([1, 2], 3), _sample([1, 2], 4), _sample([5, 6], 4), _sample([5, 6], 4)]
+    for s in samples:
+        q.put(s)
+    versions: dict = {}
+    tap = _VersionTap(q, versions)
+    for _ in samples:
+        tap.get()
+    trainer = object.__new__(FathomGRPOTrainer)
+    trainer._sample_versions, trainer.model_version = versions, 4
+    ids, pos = torch.tensor([1, 2, 5, 6, 1, 2, 5, 6]), torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
+    on = trainer._on_policy_tokens(ids, pos)
+    assert on.tolist() == [False, False, True, True, False, False, True, True]
+    assert versions == {}
+
+
 def test_each_sync_starts_a_probe_whose_result_the_next_sync_logs(monkeypatch):
     from collections import defaultdict
 
