@@ -73,6 +73,7 @@ def stages(
     from fathom.policy_server.models import ModelError, resolve_model
     from fathom.tasks.record import parse_id
     from fathom.trainer.adapters import AdapterError, serve_merged
+    from fathom.trainer.build import policy_state_path
     from fathom.trainer.weight_sync import WeightSyncError
 
     out = out or cfg.run_dir / "eval"
@@ -93,7 +94,8 @@ def stages(
             if reload:
                 # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
                 v = serve_merged(model_dir, adapter, vllm_url=urls["policy"], proxy_url=urls["proxy"],
-                                 directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s)
+                                 directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s,
+                                 state_path=policy_state_path(cfg.run_dir))
                 for old in (out / "weights").iterdir():
                     if old.name != label:
                         shutil.rmtree(old, ignore_errors=True)

@@ -77,17 +77,22 @@ def merged_tensors(model_dir: str | Path, adapter: str | None):
 
 
 def serve_merged(model_dir: str | Path, adapter: str | None, *, vllm_url: str, proxy_url: str, directory: Path,
-                 timeout_s: float = 600.0) -> int:
-    """Reload vLLM with base (+ adapter) and report the next policy version to the proxy; returns that version."""
+                 timeout_s: float = 600.0, state_path: Path | None = None, http: Any = None) -> int:
+    """Reload vLLM with base (+ adapter) and report the next policy version to the proxy; returns that version.
+
+    `state_path` (the run's `policy_state.json`) then names these weights and that version, so a policy server
+    that `fathom launch` restarts mid-evaluation gets this stage's weights back, not the last ones trained."""
     from fathom.trainer.weight_sync import DiskMergedSync
 
-    sync = DiskMergedSync(directory=directory, vllm_url=vllm_url, proxy_url=None, timeout_s=timeout_s)
+    sync = DiskMergedSync(directory=directory, vllm_url=vllm_url, proxy_url=None, timeout_s=timeout_s,
+                          state_path=state_path, http=http)
     try:
         version = int(sync.http.get(f"{proxy_url.rstrip('/')}/policy").json().get("merged_version") or 0) + 1
         sync.pause()
         sync.send_weights(merged_tensors(model_dir, adapter))
         sync.resume()
         sync._post(f"{proxy_url.rstrip('/')}/policy/version", json={"version": version})
+        sync._record(version=version)
     finally:
         sync.destroy()
     return version

@@ -198,3 +198,26 @@ def test_a_failed_probe_warns_and_the_next_starts_a_new_baseline(caplog):
     assert "served-logprob probe" in caplog.text and "503" in caplog.text
     assert p.check() is None  # not compared with the probe before the failure (two syncs apart)
     assert p.check().shift == pytest.approx(0.5)
+
+
+def test_an_evaluated_stage_is_what_a_restarted_policy_server_gets_back(tmp_path, monkeypatch):
+    """`fathom eval stages` reloads each stage's weights; the run's policy_state.json must then name that stage's,
+    or a vLLM restart mid-evaluation would score the rest of an SFT stage on the GRPO weights trained last."""
+    from fathom.entrypoints.recovery import reapply_weights
+    from fathom.trainer import adapters
+
+    state = tmp_path / "policy_state.json"
+    state.write_text(json.dumps({"version": 13, "weights_path": str(tmp_path / "grpo-merged")}))
+    monkeypatch.setattr(adapters, "merged_tensors", lambda model_dir, adapter: iter({"w": torch.ones(2)}.items()))
+    fake = FakeServers(proxy_version=13)
+    version = adapters.serve_merged("model", "sft-adapter", vllm_url="http://vllm", proxy_url="http://proxy",
+                                    directory=tmp_path / "weights" / "sft", state_path=state,
+                                    http=httpx.Client(transport=httpx.MockTransport(fake)))
+    reloaded = fake.calls[2][1]["kwargs"]["weights_path"]
+    assert version == 14 and reloaded.startswith(str(tmp_path / "weights" / "sft"))
+    assert json.loads(state.read_text()) == {"version": 14, "weights_path": reloaded}
+    posted: list[dict] = []
+    monkeypatch.setattr("fathom.entrypoints.recovery.httpx.post",
+                        lambda url, **kw: posted.append(kw["json"]) or httpx.Response(200, json={}))
+    reapply_weights("http://vllm", state)(None)
+    assert posted[0]["kwargs"]["weights_path"] == reloaded
