@@ -25,6 +25,11 @@ from fathom.config.model import ModelConfig
 from fathom.config.policy_server import PolicyServerConfig
 
 LOG_TAIL_LINES = 50
+STOP_GRACE_S = 10.0
+STOP_KILL_WAIT_S = 5.0
+"""vLLM gets STOP_GRACE_S after SIGTERM, then SIGKILL. Together they stay under the 20 s a supervisor (`fathom
+launch`) gives `fathom policy serve` before it SIGKILLs that process: vLLM runs in a session of its own, so a
+supervisor's kill would miss it, and a vLLM still stopping then would be orphaned."""
 
 
 class PolicyServerError(RuntimeError):
@@ -221,12 +226,12 @@ class PolicyServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, grace_s: float = 20.0) -> None:
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM the process group, then SIGKILL what is left after `grace_s`."""
         if self.proc is None:
             return
         pgid = self.proc.pid  # start_new_session makes the child its own group leader
-        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, STOP_KILL_WAIT_S)):
             try:
                 os.killpg(pgid, sig)
             except ProcessLookupError:

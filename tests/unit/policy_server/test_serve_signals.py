@@ -79,3 +79,36 @@ def test_serve_stops_the_process_group_on_signal(tmp_path, sig, healthy):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_supervisor_stopping_serve_leaves_no_vllm_that_ignores_sigterm(tmp_path):
+    """`fathom launch` gives `fathom policy serve` 20 s after SIGTERM, then SIGKILLs its group. vLLM lives in a
+    session of its own, so serve must have killed it by then, even when vLLM ignores SIGTERM."""
+    from fathom.entrypoints.supervisor import Supervisor
+
+    port = free_port()
+    pidfile, vllm_pidfile = tmp_path / "grandchild.pid", tmp_path / "vllm.pid"
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port,
+                                starting=f"trap '' TERM\necho $$ > {vllm_pidfile}\n"))
+    fake.chmod(0o755)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    cmd = [sys.executable, "-m", "fathom.entrypoints.cli", "policy", "serve", "-c", "configs/smoke.toml",
+           "--model.name", str(model), "--policy_server.vllm_python", str(fake),
+           "--policy_server.port", str(port), "--output_dir", str(tmp_path / "runs")]
+    vllm = None
+    try:
+        with Supervisor(tmp_path / "logs") as sup:
+            assert sup.stop_timeout_s == 20.0
+            sup.serve("policy", cmd, f"http://127.0.0.1:{port}/health", 60)
+            vllm, grandchild = int(vllm_pidfile.read_text()), int(pidfile.read_text())
+        assert _gone(vllm, within=1.0), "vLLM outlived the supervisor's stop of `fathom policy serve`"
+        assert _gone(grandchild, within=1.0)
+    finally:
+        if vllm is not None:
+            try:
+                os.killpg(vllm, signal.SIGKILL)  # the fake, if the check above failed
+            except ProcessLookupError:
+                pass
