@@ -14,6 +14,7 @@ boundary.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import threading
@@ -27,6 +28,7 @@ from trl.experimental.async_grpo import AsyncGRPOTrainer
 from fathom.rollout_worker.groups import MIXED
 
 STAGING = ".staging"
+log = logging.getLogger(__name__)
 
 
 class CheckpointWriteError(RuntimeError):
@@ -47,6 +49,9 @@ class _VersionTap:
         version = None if sample.metrics.get(MIXED, 0.0) else sample.model_version
         entry = self.versions.setdefault(hash(tuple(sample.input_ids)), [version, 0])
         if entry[0] != version:
+            if entry[0] is not None and version is not None:
+                log.info("samples with the same %d token ids came from policy versions %d and %d: "
+                         "neither counts on-policy", len(sample.input_ids), entry[0], version)
             entry[0] = None
         entry[1] += 1
         return sample
