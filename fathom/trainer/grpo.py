@@ -112,7 +112,7 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
             entry = versions.get(key)
             if entry is None:
                 continue
-            on[a:b] = entry[0] is not None and entry[0] == self.model_version
+            on[a:b] = entry[0] == self.model_version  # None (mixed or shared) never is
             entry[1] -= 1
             if entry[1] <= 0:
                 del versions[key]

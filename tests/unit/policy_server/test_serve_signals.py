@@ -44,24 +44,25 @@ def _gone(pid: int, within: float = 15.0) -> bool:
     return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-@pytest.mark.parametrize("healthy", [True, False], ids=["serving", "starting"])
-def test_serve_stops_the_process_group_on_signal(tmp_path, sig, healthy):
-    # "starting": the signal comes while vLLM has not answered /health yet (a launcher stopping it early).
-    port = free_port()
-    pidfile = tmp_path / "grandchild.pid"
+def _serve_cmd(tmp_path, port: int, pidfile, starting: str) -> list[str]:
+    """`fathom policy serve` on a fake vLLM (FAKE, `starting` run before it serves) and an empty model dir."""
     fake = tmp_path / "fake-python"
-    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port,
-                                starting="" if healthy else "exec sleep 300\n"))
+    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port, starting=starting))
     fake.chmod(0o755)
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    cmd = [
-        sys.executable, "-m", "fathom.entrypoints.cli", "policy", "serve", "-c", "configs/smoke.toml",
-        "--model.name", str(model), "--policy_server.vllm_python", str(fake),
-        "--policy_server.port", str(port), "--output_dir", str(tmp_path / "runs"),
-    ]
+    return [sys.executable, "-m", "fathom.entrypoints.cli", "policy", "serve", "-c", "configs/smoke.toml",
+            "--model.name", str(model), "--policy_server.vllm_python", str(fake),
+            "--policy_server.port", str(port), "--output_dir", str(tmp_path / "runs")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("healthy", [True, False], ids=["serving", "starting"])
+def test_serve_stops_the_process_group_on_signal(tmp_path, sig, healthy):
+    # "starting": the signal comes while vLLM has not answered /health yet (a launcher stopping it early).
+    port, pidfile = free_port(), tmp_path / "grandchild.pid"
+    cmd = _serve_cmd(tmp_path, port, pidfile, starting="" if healthy else "exec sleep 300\n")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -86,18 +87,8 @@ def test_a_supervisor_stopping_serve_leaves_no_vllm_that_ignores_sigterm(tmp_pat
     session of its own, so serve must have killed it by then, even when vLLM ignores SIGTERM."""
     from fathom.entrypoints.supervisor import Supervisor
 
-    port = free_port()
-    pidfile, vllm_pidfile = tmp_path / "grandchild.pid", tmp_path / "vllm.pid"
-    fake = tmp_path / "fake-python"
-    fake.write_text(FAKE.format(pidfile=pidfile, python=sys.executable, port=port,
-                                starting=f"trap '' TERM\necho $$ > {vllm_pidfile}\n"))
-    fake.chmod(0o755)
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    cmd = [sys.executable, "-m", "fathom.entrypoints.cli", "policy", "serve", "-c", "configs/smoke.toml",
-           "--model.name", str(model), "--policy_server.vllm_python", str(fake),
-           "--policy_server.port", str(port), "--output_dir", str(tmp_path / "runs")]
+    port, pidfile, vllm_pidfile = free_port(), tmp_path / "grandchild.pid", tmp_path / "vllm.pid"
+    cmd = _serve_cmd(tmp_path, port, pidfile, starting=f"trap '' TERM\necho $$ > {vllm_pidfile}\n")
     vllm = None
     try:
         with Supervisor(tmp_path / "logs") as sup:
