@@ -16,10 +16,9 @@ import torch
 
 from fathom.config import load_config
 from fathom.rollout_worker.dataset import training_task_ids
-from tests.integration.train_stack import eos_boosted_tiny, merged_stack, own_vllm
+from tests.integration.train_stack import eos_boosted_tiny, hf_logprobs, merged_stack, own_vllm, served_logprobs
 
 BAD_TASK = "nosuchfamily-1k-s1"  # the env server refuses it (404), so every rollout of its group fails
-PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def train_config(model_dir: Path, stack, run_dir: Path, **over: object):
@@ -35,19 +34,6 @@ def train_config(model_dir: Path, stack, run_dir: Path, **over: object):
     for k, v in over.items():
         args += [f"--{k}", str(v)]
     return load_config(None, args)
-
-
-def served_logprobs(vllm_url: str, model: str) -> list[float]:
-    r = httpx.post(f"{vllm_url}/v1/completions", timeout=120, json={
-        "model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0})
-    r.raise_for_status()
-    return [next(iter(d.values()))["logprob"] for d in r.json()["choices"][0]["prompt_logprobs"][1:]]
-
-
-def hf_logprobs(model) -> list[float]:
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([PROMPT]), use_cache=False).logits[0, :-1].float()
-    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(PROMPT[1:]).unsqueeze(-1)).squeeze(-1).tolist()
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,26 @@ class TrainStack:
     config: Path
 
 
+PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def served_logprobs(vllm_url: str, model: str) -> list[float]:
+    """vLLM's logprob of each token of PROMPT after the first (a prefill, temperature 1)."""
+    r = httpx.post(f"{vllm_url}/v1/completions", timeout=120, json={
+        "model": model, "prompt": PROMPT, "max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0})
+    r.raise_for_status()
+    return [next(iter(d.values()))["logprob"] for d in r.json()["choices"][0]["prompt_logprobs"][1:]]
+
+
+def hf_logprobs(model) -> list[float]:
+    """The same logprobs from a transformers model."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([PROMPT]), use_cache=False).logits[0, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(PROMPT[1:]).unsqueeze(-1)).squeeze(-1).tolist()
+
+
 def eos_boosted_tiny(src: Path, dst: Path, norm: float = 10.0) -> Path:
     """A copy of `src` whose EOS row has norm `norm`: about 6% EOS per sampled token instead of 0.002%."""
     import torch
@@ -53,12 +73,12 @@ def eos_boosted_tiny(src: Path, dst: Path, norm: float = 10.0) -> Path:
 
 
 @contextmanager
-def own_vllm(model_dir: Path, log_dir: Path) -> Iterator[str]:
+def own_vllm(model_dir: Path, log_dir: Path, *, eager: bool = True) -> Iterator[str]:
     from fathom.config import load_config
     from fathom.policy_server.launch import PolicyServer
 
     cfg = load_config(None, ["--model.name", str(model_dir), "--model.max_model_len", "4096",
-                             "--policy_server.enforce_eager", "true", "--policy_server.port", str(free_port()),
+                             "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.port", str(free_port()),
                              "--policy_server.enable_lora", "false", "--policy_server.weight_sync", "merged",
                              "--policy_server.cpu_kvcache_gb", "1"])
     with PolicyServer(cfg.policy_server, cfg.model, str(model_dir), log_dir) as server:
