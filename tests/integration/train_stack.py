@@ -78,7 +78,8 @@ def own_vllm(model_dir: Path, log_dir: Path, *, eager: bool = True) -> Iterator[
     from fathom.policy_server.launch import PolicyServer
 
     cfg = load_config(None, ["--model.name", str(model_dir), "--model.max_model_len", "4096",
-                             "--policy_server.enforce_eager", str(eager).lower(), "--policy_server.port", str(free_port()),
+                             "--policy_server.enforce_eager", str(eager).lower(),
+                             "--policy_server.port", str(free_port()),
                              "--policy_server.enable_lora", "false", "--policy_server.weight_sync", "merged",
                              "--policy_server.cpu_kvcache_gb", "1"])
     with PolicyServer(cfg.policy_server, cfg.model, str(model_dir), log_dir) as server:
