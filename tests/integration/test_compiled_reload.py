@@ -27,9 +27,12 @@ def test_a_compiled_server_serves_the_weights_merged_sync_reloads(tiny_model_dir
         assert "enforce_eager=False" in info and "CompilationMode.NONE" not in info, "vLLM did not compile"
         before = served_logprobs(url, "fathom-base")
         sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url=url, proxy_url=None)
-        sync.pause()
-        sync.send_weights(iter(tensors))
-        sync.resume()
+        try:
+            sync.pause()
+            sync.send_weights(iter(tensors))
+            sync.resume()
+        finally:
+            sync.destroy()
         after = served_logprobs(url, "fathom-base")
 
     want = hf_logprobs(model)
