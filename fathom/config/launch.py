@@ -20,7 +20,7 @@ class LaunchConfig(FathomModel):
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""
 
     eval_policy_cores: str = ""
-    """CPU only: cores vLLM gets for the final evaluation (a list like `0-1`, or `auto`). Set and
+    """CPU only: cores vLLM's model worker gets for the final evaluation (a list like `0-1`, or `auto`). Set and
     different from `policy_server.cpu_cores`, the launcher restarts the policy server on them before the
     evaluation (after GRPO, so no trainer shares the machine then), or starts it there when evaluation is the only
     stage. Empty: vLLM stays on `policy_server.cpu_cores` throughout."""

