@@ -119,10 +119,11 @@ class RewardComponents(BaseModel):
 
 
 EpisodeStatus = Literal["pending", "running", "done", "error"]
-StopReason = Literal["final", "max_turns", "max_tokens", "timeout", "budget", "error"]
+StopReason = Literal["final", "max_turns", "max_tokens", "timeout", "budget", "error", "cancelled"]
+"""`cancelled`: its client ended it with `DELETE /episodes/{id}` (status error: unscorable)."""
 
 
-# --- episodes run by the env server (POST /episodes, GET /episodes/{id}) -------------
+# --- episodes run by the env server (POST /episodes, GET and DELETE /episodes/{id}) --
 
 
 class EpisodeLimits(_Wire):

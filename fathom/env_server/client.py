@@ -7,7 +7,7 @@
         r = env.step(RLMAction(code="print(len(context))"))
 
 `EpisodeClient` drives whole episodes run by the server against a capture-proxy session
-(`POST /episodes`, `GET /episodes/{id}`), which is how training rollouts run.
+(`POST /episodes`, `GET` and `DELETE /episodes/{id}`), which is how training rollouts run.
 """
 
 from __future__ import annotations
@@ -69,6 +69,13 @@ class EpisodeClient:
         r = self.http.get(f"/episodes/{episode_id}", params={"wait_s": wait_s}, timeout=wait_s + 60)
         if r.status_code != 200:
             raise EpisodeError(f"GET /episodes/{episode_id} answered {r.status_code}: {r.text[:500]}")
+        return EpisodeResult.model_validate(r.json())
+
+    def cancel(self, episode_id: str) -> EpisodeResult:
+        """End a pending or running episode now (unscorable, stop reason `cancelled`); a finished one is unchanged."""
+        r = self.http.delete(f"/episodes/{episode_id}")
+        if r.status_code != 200:
+            raise EpisodeError(f"DELETE /episodes/{episode_id} answered {r.status_code}: {r.text[:500]}")
         return EpisodeResult.model_validate(r.json())
 
     def wait(self, episode_id: str, timeout_s: float = 3600.0) -> EpisodeResult:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,6 +112,20 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
         lives until its group is scored (the group holds the messages, so the id is not reused before)."""
         super().__init__(**loop_kwargs)
 
+    def run(self) -> None:
+        """TRL's loop; once it has ended, the child lets go of the samples and metrics no one will read.
+
+        When the trainer stops the child it no longer reads the sample and metric queues. Their feeder threads
+        then block on full pipes, and at exit the child joins them, until TRL terminates it after 15 s (measured:
+        every GRPO stage of `make demo` ended so). Items already in the pipes stay there; the ones still buffered
+        in the child are dropped, which is what a stop means. The exception queue keeps its join, so a failure
+        still reaches the trainer."""
+        try:
+            super().run()
+        finally:
+            for queue in (self.rollout_buffer, self._metrics_queue):
+                queue.cancel_join_thread()
+
     def _run_session(self, prompt, group_id=0):  # noqa: ANN001 - TRL's pool-thread rollout
         forget_trace_versions()
         rollout, metrics = super()._run_session(prompt, group_id)
@@ -139,3 +154,13 @@ class FathomRolloutWorker(HarnessRolloutWorker):
     keywords, so that is where the group switches go."""
 
     _loop_cls = FathomRolloutLoop
+
+    def stop(self) -> None:
+        """TRL's stop, timed. The child closes its live sessions, which cancels their episodes
+        (`FathomSession.close`), so it exits on its own (exit code 0) instead of at TRL's 15 s terminate."""
+        process = getattr(self, "_process", None)
+        t0 = time.monotonic()
+        super().stop()
+        if process is not None and process.exitcode is not None:
+            self.stop_s, self.exitcode = time.monotonic() - t0, process.exitcode
+            log.info("rollout child stopped in %.1f s (exit code %d)", self.stop_s, self.exitcode)

@@ -91,6 +91,8 @@ class FathomSession(ResourceSession):
         self.env_index = 0
         """Which of the factory's env servers runs the episode."""
         self._in_flight = False
+        self._lock = threading.Lock()
+        """`close()` runs on TRL's stopping thread while the rollout's own thread may be finishing the episode."""
 
     @property
     def env(self) -> EpisodeClient:
@@ -101,9 +103,11 @@ class FathomSession(ResourceSession):
 
     def _finished(self) -> None:
         """The episode no longer loads its env server (done, errored or abandoned): free its slot, once."""
-        if self._in_flight:
+        with self._lock:
+            if not self._in_flight:
+                return
             self._in_flight = False
-            self.factory.balancer.release(self.env_index)
+        self.factory.balancer.release(self.env_index)
 
     # --- ResourceSession: the env server runs the loop, so there are no tools to call here ---------------
     def initial_messages(self) -> list[dict[str, Any]]:
@@ -157,10 +161,19 @@ class FathomSession(ResourceSession):
                             artifacts={"episode_id": res.episode_id, "session_id": self.session_id})
 
     def close(self) -> None:
-        """Close the proxy session. A still-running episode's next model call is then refused, which ends it."""
+        """Cancel the episode if it is still running, then close the proxy session.
+
+        TRL closes every live session when the rollout worker stops (and `_run_session` closes each one it ends,
+        including one whose wait timed out). Without the cancel, a running episode would go on to its next model
+        call, which the closed session refuses: a full generation later, while TRL's stop waits for it."""
         if self.closed:
             return
         self.closed = True
+        if self._in_flight:
+            try:
+                self.env.cancel(self.episode_id)
+            except Exception as e:  # noqa: BLE001 - the proxy session still closes, which ends the episode later
+                log.warning("cancelling episode %s on %s failed: %s", self.episode_id, self.env.base_url, e)
         self._finished()
         try:
             self.factory.proxy.delete(f"/sessions/{self.session_id}")

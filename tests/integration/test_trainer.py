@@ -176,6 +176,15 @@ def test_failed_episode_is_unscorable_and_training_went_on(trained):
     assert run.trainer.state.global_step == 2
 
 
+def test_rollout_child_exited_on_its_own_with_its_episodes_cancelled(trained):
+    """At the end of training TRL stops the rollout child; its live sessions cancel their episodes, so it exits
+    (code 0) instead of being terminated after TRL's 15 s join. A cancelled rollout is unscorable, never 0."""
+    run = trained["run"]
+    assert run.trainer.rollout_worker.exitcode == 0
+    cancelled = [r for r in _rollouts(run) if r.get("stop_reason") == "cancelled"]
+    assert all(r["reward"] is None and r["unscorable"] for r in cancelled)
+
+
 @pytest.mark.slow  # two more trainer processes: about 3.5 minutes on 2 cores
 def test_resume_after_kill_continues_step_count_adapter_and_optimizer(servers, trained):
     """`fathom train` killed (whole process group, like a lost machine) after its first checkpoint; `--resume`

@@ -1,5 +1,5 @@
 """The env server's FastAPI app: OpenEnv's routes (reset, step, state, health, schema, metadata, ws, mcp)
-for the RLM environment, plus the episode runner (`POST /episodes`, `GET /episodes/{id}`)."""
+for the RLM environment, plus the episode runner (`POST /episodes`, `GET` and `DELETE /episodes/{id}`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | 
     app = FastAPI(
         title="FATHOM env server",
         version="0.1.0",
-        description="OpenEnv RLM environment and episode runner. Episodes: POST /episodes, GET /episodes/{id}.",
+        description="OpenEnv RLM environment and episode runner. "
+                    "Episodes: POST /episodes, GET and DELETE /episodes/{id}.",
     )
     app.state.runtime = rt
 
@@ -86,6 +87,12 @@ def create_app(cfg: FathomConfig, pool_factory: Callable[[FathomConfig], Any] | 
     ) -> EpisodeResult:
         assert rt.episodes is not None
         return await rt.episodes.get(episode_id, wait_s)
+
+    @app.delete("/episodes/{episode_id}", response_model=EpisodeResult, tags=["Episodes"])
+    async def cancel_episode(episode_id: str) -> EpisodeResult:
+        """End a pending or running episode now: unscorable, stop reason `cancelled`. A finished one is unchanged."""
+        assert rt.episodes is not None
+        return await rt.episodes.cancel(episode_id)
 
     # After the episode routes, so GET /episodes/{id} wins over OpenEnv's GET /{env_name}/splits.
     app.router.on_startup.append(rt.start)

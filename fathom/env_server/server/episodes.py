@@ -1,8 +1,10 @@
-"""The episode runner behind `POST /episodes` and `GET /episodes/{id}`.
+"""The episode runner behind `POST /episodes`, `GET /episodes/{id}` and `DELETE /episodes/{id}`.
 
 An episode runs as an asyncio task: resolve the task, open (or join) the capture session,
 run the harness loop, then verify inside the env server. Infrastructure failures make the
-episode unscorable (status `error`, reward None), never a 0.
+episode unscorable (status `error`, reward None), never a 0. So does a cancel: its client
+gave up on it (a stopping rollout worker), and its task is cancelled at once, so the model
+call it was waiting on and its sandbox are let go instead of running to the next turn.
 """
 
 from __future__ import annotations
@@ -48,12 +50,19 @@ def load_task(task_id: str | None, family: str | None, seed: int | None, length:
         raise InvalidRequest(f"cannot generate task family={family!r} seed={seed} length={length}: {e}") from None
 
 
+def _mark_cancelled(entry: "_Entry") -> None:
+    res = entry.result
+    res.status, res.stop_reason, res.reward, res.reward_components = "error", "cancelled", None, None
+    res.error = f"cancelled by {entry.cancelled_by}"
+
+
 @dataclass
 class _Entry:
     result: EpisodeResult
     done: asyncio.Event = field(default_factory=asyncio.Event)
     finished_at: float | None = None
     task: asyncio.Task | None = None
+    cancelled_by: str = "the env server shutting down"
 
 
 class EpisodeManager:
@@ -103,6 +112,22 @@ class EpisodeManager:
                 pass
         return entry.result.model_copy()
 
+    async def cancel(self, episode_id: str) -> EpisodeResult:
+        """End a pending or running episode now (stop reason `cancelled`, unscorable) and return its result; a
+        finished one is returned as it is."""
+        entry = self.entries.get(episode_id)
+        if entry is None:
+            raise NotFound(f"unknown episode id {episode_id!r}; start one with POST /episodes")
+        if entry.task is not None and not entry.task.done():
+            entry.cancelled_by = "its client (DELETE /episodes/{id})"
+            entry.task.cancel()
+            await asyncio.gather(entry.task, return_exceptions=True)
+            if not entry.done.is_set():  # cancelled before its first step: _run never ran
+                _mark_cancelled(entry)
+                entry.finished_at = time.monotonic()
+                entry.done.set()
+        return entry.result.model_copy()
+
     async def close(self) -> None:
         for e in self.entries.values():
             if e.task is not None and not e.task.done():
@@ -111,14 +136,21 @@ class EpisodeManager:
 
     async def _run(self, req: EpisodeRequest, task: Any, entry: _Entry) -> None:
         res = entry.result
-        async with self.slots:
-            res.status = "running"
-            t0 = time.monotonic()
-            try:
-                await self._episode(req, task, res)
-            except Exception as e:  # never leave an episode running after a bug: it is unscorable
-                log.exception("episode %s failed", res.episode_id)
-                res.status, res.stop_reason, res.reward, res.error = "error", "error", None, f"env server error: {e!r}"
+        t0 = time.monotonic()
+        try:
+            async with self.slots:
+                res.status = "running"
+                t0 = time.monotonic()
+                try:
+                    await self._episode(req, task, res)
+                except Exception as e:  # never leave an episode running after a bug: it is unscorable
+                    log.exception("episode %s failed", res.episode_id)
+                    res.status, res.stop_reason, res.reward = "error", "error", None
+                    res.error = f"env server error: {e!r}"
+        except asyncio.CancelledError:  # waiters on GET still get an answer
+            _mark_cancelled(entry)
+            raise
+        finally:
             res.wall_s = time.monotonic() - t0
             entry.finished_at = time.monotonic()
             entry.done.set()

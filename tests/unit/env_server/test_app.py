@@ -96,6 +96,62 @@ def test_wall_clock_limit_stops_with_timeout(app_client):
     assert len(res["turns"]) == 1
 
 
+def test_cancel_ends_a_waiting_episode_now_unscorable_and_frees_its_sandbox(app_client):
+    """DELETE /episodes/{id} while the episode waits on a model call that never answers: the call is dropped,
+    the episode is unscorable with stop reason `cancelled`, a waiting GET gets that answer, and the sandbox
+    closes. Cancelling again, or a finished episode, changes nothing; an unknown id is a 404."""
+    client, _, pool = app_client()
+    never, waiting = asyncio.Event(), threading.Event()
+
+    class NeverAnswers(FakeProxy):
+        async def handle(self, request):
+            if request.url.path.endswith("/chat/completions"):
+                waiting.set()
+                await never.wait()
+            return await super().handle(request)
+
+    client.app.state.runtime.http = NeverAnswers(lambda m: "```repl\nprint(1)\n```").client()
+    r = client.post("/episodes", json={"task_id": TASK, "episode_id": "c1", "session_id": "s",
+                                       "limits": {"wall_clock_s": 60.0}})
+    assert r.status_code == 202, r.text
+    assert waiting.wait(10.0), "the episode never called the model"
+    got: dict = {}
+    poller = threading.Thread(target=lambda: got.update(client.get("/episodes/c1", params={"wait_s": 30}).json()))
+    poller.start()
+    r = client.delete("/episodes/c1")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["status"] == "error" and body["stop_reason"] == "cancelled" and body["reward"] is None
+    assert "DELETE /episodes" in body["error"] and body["wall_s"] < 30
+    poller.join(10.0)
+    assert got["stop_reason"] == "cancelled"
+    for _ in range(100):  # the harness closes the sandbox off the event loop
+        if pool.episodes and pool.episodes[-1].closed:
+            break
+        threading.Event().wait(0.05)
+    assert pool.episodes[-1].closed
+    assert client.delete("/episodes/c1").json() == body
+    assert client.delete("/episodes/nosuch").status_code == 404
+    client.app.state.runtime.http = FakeProxy(lambda m: "```repl\nFINAL('x')\n```").client()
+    done = episode(client, {"task_id": TASK, "episode_id": "f1", "session_id": "s2"})
+    assert done["status"] == "done" and client.delete("/episodes/f1").json() == done
+
+
+def test_cancel_before_the_episode_first_ran_still_answers(app_client):
+    """A task cancelled before its first step never runs its body; the cancel still records the result."""
+    from fathom.protocol import EpisodeRequest
+
+    client, _, _ = app_client()
+    episodes = client.app.state.runtime.episodes
+
+    async def submit_and_cancel():
+        await episodes.submit(EpisodeRequest(task_id=TASK, episode_id="early", session_id="s"))
+        return await episodes.cancel("early"), await episodes.get("early", wait_s=5.0)
+
+    cancelled, polled = client.portal.call(submit_and_cancel)
+    assert cancelled.status == polled.status == "error" and polled.stop_reason == "cancelled"
+
+
 def test_step_mode_has_the_same_wall_clock(app_client):
     """A step that runs past env_server.wall_clock_s ends the episode with stop_reason timeout, scored."""
     client, _, pool = app_client(overrides=("--env_server.wall_clock_s", "1.0"))

@@ -40,6 +40,9 @@ class Fake:
         return httpx.Response(404)
 
     def env(self, req: httpx.Request) -> httpx.Response:
+        if req.method == "DELETE":
+            self.deleted.append(req.url.path)
+            self.episode_status = "error"
         if req.method == "POST":
             self.started.append(json.loads(req.content))
             if self.start_status != 202:
@@ -48,7 +51,8 @@ class Fake:
         done = self.episode_status == "done"
         return httpx.Response(200, json={
             "episode_id": "e1", "task_id": "needle-1k-s1", "session_id": "s1", "status": self.episode_status,
-            "stop_reason": "final" if done else "error", "reward": self.reward if done else None,
+            "stop_reason": "final" if done else "cancelled" if req.method == "DELETE" else "error",
+            "reward": self.reward if done else None,
             "reward_components": COMPONENTS if done else None, "error": None if done else "sandbox died",
             "turns": [{"index": 0, "subcalls": [{"depth": 1, "prompt_chars": 3, "prompt_preview": "x"}]}],
             "metadata": {"group": 7}})
@@ -83,6 +87,27 @@ def test_verify_forwards_the_env_servers_reward_and_the_trace_keeps_trainable_tu
     s.close()
     s.close()
     assert s.factory.proxy  # closing twice is harmless
+
+
+def test_closing_a_running_episode_cancels_it_before_the_proxy_session(tmp_path):
+    """TRL closes live sessions when the worker stops: the episode is cancelled on its env server first (so it does
+    not run on to a refused model call), then the proxy session closes; its env server slot is freed once."""
+    fake = Fake(episode_status="running")
+    f = factory(fake, tmp_path)
+    s = f.create("needle-1k-s1", seed=7, episode_id="e1")
+    assert f.balancer.in_flight == [1]
+    s.close()
+    s.close()
+    assert fake.deleted == ["/episodes/e1", "/sessions/s1"] and f.balancer.in_flight == [0]
+    assert s.wait_for_completion() == 1 and s.verify([]).env_reward is None
+
+
+def test_closing_a_finished_episode_only_closes_the_proxy_session(tmp_path):
+    fake = Fake()
+    s = factory(fake, tmp_path).create("needle-1k-s1", seed=7, episode_id="e1")
+    assert s.wait_for_completion() == 0
+    s.close()
+    assert fake.deleted == ["/sessions/s1"]
 
 
 def test_fetched_trace_leaves_its_trained_turns_versions_for_the_loop(tmp_path):
