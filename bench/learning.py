@@ -30,6 +30,7 @@ def training(run_dir: Path) -> dict | None:
 
     When the run's resolved config keeps SFT to some phrasings (`sft.question_phrasings`), each of those families
     is also split by the rollout's question phrasing: `sft_saw` (a phrasing of SFT's data) or `grpo_only`.
+    `unscorable` counts the failed rollouts; `cancelled_at_stop` the ones still running when training ended.
     None when the run has no rollouts (no GRPO stage)."""
     path = run_dir / "rollouts.jsonl"
     if not path.is_file():
@@ -43,7 +44,10 @@ def training(run_dir: Path) -> dict | None:
     def family(r: dict) -> str:
         return parse_id(r["task_id"])[0]
 
-    out: dict = {"rollouts": len(records), "unscorable": len(records) - len(scored), "by_family": {}}
+    # Rollouts still running when training ended are cancelled then (stop reason `cancelled`): not failures.
+    cancelled = sum(1 for r in records if r.get("stop_reason") == "cancelled")
+    out: dict = {"rollouts": len(records), "unscorable": len(records) - len(scored) - cancelled,
+                 "cancelled_at_stop": cancelled, "by_family": {}}
     for fam in sorted({family(r) for r in scored}):
         out["by_family"][fam] = {h: _half([r for r in rows if family(r) == fam]) for h, rows in halves.items()}
     config_path = run_dir / "config.resolved.json"

@@ -126,10 +126,11 @@ def test_learning_bench_reads_training_success_by_half_and_by_phrasing(tmp_path:
     lines = [{"time": 100.0 + i, "task_id": t, "reward/correct": c, "unscorable": False}
              for i, (t, c) in enumerate(rows)]
     lines.insert(2, {"time": 101.5, "task_id": other, "unscorable": True, "reward": None})
+    lines.append({"time": 200.0, "task_id": other, "unscorable": True, "reward": None, "stop_reason": "cancelled"})
     (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(lines)))
     (tmp_path / "config.resolved.json").write_text(json.dumps({"sft": {"question_phrasings": {"needle": [0, 1]}}}))
     out = _learning().training(tmp_path)
-    assert out["rollouts"] == 7 and out["unscorable"] == 1
+    assert out["rollouts"] == 8 and out["unscorable"] == 1 and out["cancelled_at_stop"] == 1
     assert out["by_family"]["needle"] == {"first": {"correct": 1, "n": 3}, "second": {"correct": 2, "n": 2}}
     assert out["by_family"]["kv_chain"] == {"first": {"correct": 0, "n": 0}, "second": {"correct": 0, "n": 1}}
     needle = out["by_phrasing"]["needle"]
