@@ -120,7 +120,7 @@ class RewardComponents(BaseModel):
 
 EpisodeStatus = Literal["pending", "running", "done", "error"]
 StopReason = Literal["final", "max_turns", "max_tokens", "timeout", "budget", "error", "cancelled"]
-"""`cancelled`: its client ended it with `DELETE /episodes/{id}` (status error: unscorable)."""
+"""`cancelled`: ended by `DELETE /episodes/{id}` or by the env server shutting down (status error: unscorable)."""
 
 
 # --- episodes run by the env server (POST /episodes, GET and DELETE /episodes/{id}) --

@@ -154,10 +154,15 @@ class FathomRolloutWorker(HarnessRolloutWorker):
     keywords, so that is where the group switches go."""
 
     _loop_cls = FathomRolloutLoop
+    stop_s: float | None = None
+    """How long the last `stop()` took."""
+    exitcode: int | None = None
+    """The child's exit code after `stop()`: 0 when it exited by itself, -15 when TRL had to terminate it."""
 
     def stop(self) -> None:
         """TRL's stop, timed. The child closes its live sessions, which cancels their episodes
-        (`FathomSession.close`), so it exits on its own (exit code 0) instead of at TRL's 15 s terminate."""
+        (`FathomSession.close`), and stops joining its queues (`FathomRolloutLoop.run`), so it exits on its own
+        instead of at TRL's 15 s terminate."""
         process = getattr(self, "_process", None)
         t0 = time.monotonic()
         super().stop()
