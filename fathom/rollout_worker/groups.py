@@ -163,7 +163,7 @@ class FathomRolloutWorker(HarnessRolloutWorker):
         """TRL's stop, timed. The child closes its live sessions, which cancels their episodes
         (`FathomSession.close`), and stops joining its queues (`FathomRolloutLoop.run`), so it exits on its own
         instead of at TRL's 15 s terminate."""
-        process = getattr(self, "_process", None)
+        process = self._process
         t0 = time.monotonic()
         super().stop()
         if process is not None and process.exitcode is not None:

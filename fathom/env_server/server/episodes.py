@@ -50,12 +50,6 @@ def load_task(task_id: str | None, family: str | None, seed: int | None, length:
         raise InvalidRequest(f"cannot generate task family={family!r} seed={seed} length={length}: {e}") from None
 
 
-def _mark_cancelled(entry: "_Entry") -> None:
-    res = entry.result
-    res.status, res.stop_reason, res.reward, res.reward_components = "error", "cancelled", None, None
-    res.error = f"cancelled by {entry.cancelled_by}"
-
-
 @dataclass
 class _Entry:
     result: EpisodeResult
@@ -63,6 +57,16 @@ class _Entry:
     finished_at: float | None = None
     task: asyncio.Task | None = None
     cancelled_by: str = "the env server shutting down"
+
+    def mark_cancelled(self) -> None:
+        res = self.result
+        res.status, res.stop_reason, res.reward, res.reward_components = "error", "cancelled", None, None
+        res.error = f"cancelled by {self.cancelled_by}"
+
+    def finish(self) -> None:
+        """The result is final: start its retention clock and answer every waiting GET."""
+        self.finished_at = time.monotonic()
+        self.done.set()
 
 
 class EpisodeManager:
@@ -123,9 +127,8 @@ class EpisodeManager:
             entry.task.cancel()
             await asyncio.gather(entry.task, return_exceptions=True)
             if not entry.done.is_set():  # cancelled before its first step: _run never ran
-                _mark_cancelled(entry)
-                entry.finished_at = time.monotonic()
-                entry.done.set()
+                entry.mark_cancelled()
+                entry.finish()
         return entry.result.model_copy()
 
     async def close(self) -> None:
@@ -148,12 +151,11 @@ class EpisodeManager:
                     res.status, res.stop_reason, res.reward = "error", "error", None
                     res.error = f"env server error: {e!r}"
         except asyncio.CancelledError:  # waiters on GET still get an answer
-            _mark_cancelled(entry)
+            entry.mark_cancelled()
             raise
         finally:
             res.wall_s = time.monotonic() - t0
-            entry.finished_at = time.monotonic()
-            entry.done.set()
+            entry.finish()
 
     async def _episode(self, req: EpisodeRequest, task: Any, res: EpisodeResult) -> None:
         rt, cfg = self.rt, self.rt.cfg.env_server

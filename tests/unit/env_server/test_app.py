@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -128,7 +129,7 @@ def test_cancel_ends_a_waiting_episode_now_unscorable_and_frees_its_sandbox(app_
     for _ in range(100):  # the harness closes the sandbox off the event loop
         if pool.episodes and pool.episodes[-1].closed:
             break
-        threading.Event().wait(0.05)
+        time.sleep(0.05)
     assert pool.episodes[-1].closed
     assert client.delete("/episodes/c1").json() == body
     assert client.delete("/episodes/nosuch").status_code == 404
