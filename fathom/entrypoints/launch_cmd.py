@@ -68,6 +68,19 @@ def sft_adapter_dir(cfg) -> Path:
     return cfg.run_dir / "sft" / "adapter"
 
 
+def slow_cpu_note(cfg, cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The line a CPU run starts with where the CPU has no native bf16: `"auto"` then serves and trains in fp32,
+    and the job takes about twice as long (measured: `make demo` 67.6 minutes on a 2-core AVX2-only EPYC against
+    34-40 on 2-core machines with AVX512-BF16 or AMX; demo-28 in docs/main_job.md). None on a GPU or such a CPU."""
+    from fathom.policy_server.launch import cpu_has_native_bf16, detect_device
+
+    if detect_device(cfg.policy_server.device) != "cpu" or cpu_has_native_bf16(cpuinfo):
+        return None
+    return (f"this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in {cpuinfo}): with the `auto` settings "
+            "vLLM and the trainer run in fp32, and the job takes about twice as long as on a CPU with it "
+            "(make demo on 2 cores: 67.6 minutes against 34-40; docs/main_job.md, demo-28)")
+
+
 def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     """Every step of the main job, in order."""
     fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
@@ -162,6 +175,8 @@ def launch(
         except ModelError as e:
             die(str(e))
     write_resolved(cfg)
+    if note := slow_cpu_note(cfg):
+        console.print(f"[yellow]{note}[/]")
     t0 = time.monotonic()
     log_dir = cfg.run_dir / "logs"
     lc = cfg.launch

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fathom.config import load_config
-from fathom.entrypoints.launch_cmd import plan
+from fathom.entrypoints.launch_cmd import plan, slow_cpu_note
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -115,6 +115,25 @@ def test_eval_watch_runs_beside_grpo() -> None:
     cfg = load_config(ROOT / "configs/smoke.toml", ["--launch.eval_watch", "true", "--launch.stages", '["grpo"]'])
     assert _names(plan(cfg, "configs/smoke.toml", [])) == [
         ("server", "policy"), ("server", "proxy"), ("server", "env"), ("server", "eval-watch"), ("stage", "grpo")]
+
+
+@pytest.mark.parametrize("flags, slow", [("fpu avx2 fma", True), ("avx2 avx512f avx512_bf16", False),
+                                         ("avx2 amx_bf16 amx_tile", False)])
+def test_a_cpu_run_without_native_bf16_says_it_will_be_slow(tmp_path: Path, flags: str, slow: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    cfg = load_config(ROOT / "configs/smoke.toml", ["policy_server.device=cpu"])
+    note = slow_cpu_note(cfg, str(cpuinfo))
+    assert (note is not None) == slow
+    if slow:
+        assert str(cpuinfo) in note and "fp32" in note
+
+
+def test_a_gpu_run_says_nothing_about_cpu_bf16(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("flags\t\t: avx2\n")
+    cfg = load_config(ROOT / "configs/smoke.toml", ["policy_server.device=cuda"])
+    assert slow_cpu_note(cfg, str(cpuinfo)) is None
 
 
 def test_run_job_passes_shellcheck() -> None:
