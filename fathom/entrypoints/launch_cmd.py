@@ -74,7 +74,8 @@ def slow_cpu_note(cfg, cpuinfo: str = "/proc/cpuinfo") -> str | None:
     34-40 on 2-core machines with AVX512-BF16 or AMX; demo-28 in docs/main_job.md). None on a GPU or such a CPU."""
     from fathom.policy_server.launch import cpu_has_native_bf16, detect_device
 
-    if detect_device(cfg.policy_server.device) != "cpu" or cpu_has_native_bf16(cpuinfo):
+    # the flags first: `detect_device("auto")` imports torch (2.2 s here), which a CPU with native bf16 never needs
+    if cpu_has_native_bf16(cpuinfo) or detect_device(cfg.policy_server.device) != "cpu":
         return None
     return (f"this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in {cpuinfo}): with the `auto` settings "
             "vLLM and the trainer run in fp32, and the job takes about twice as long as on a CPU with it "
