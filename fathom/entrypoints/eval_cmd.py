@@ -104,6 +104,14 @@ def resolve_adapter(spec: str, cache: Path) -> Path:
     die(f"--adapter {spec!r} is neither a directory nor a Hub repo id (owner/name)")
 
 
+def _header(targets, n: int, name: str | None = None) -> str:
+    """The line before an evaluation: what is scored on how many tasks. A main-job stage (`name`) runs under the
+    one served model name, so the line names the stage and says which name serves it."""
+    if name:
+        return f"evaluating {name} (served as {', '.join(t.model or t.label for t in targets)}) on {n} tasks"
+    return f"evaluating {', '.join(t.label for t in targets)} on {n} tasks"
+
+
 def _progress(n: int, name: str | None = None):
     """A line per finished episode, prefixed with the target's label, or `name` when one is given."""
     counts: dict[str, list[int]] = {}
@@ -214,7 +222,7 @@ def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str],
     plan += [(EvalTarget(env_url, proxy_url, f"{cfg.eval.adapter_name_prefix}{label}-{stamp}", label=label), Path(path))
              for label, path in adapters]
     if not quiet:
-        eprint(f"evaluating {', '.join(t.label for t, _ in plan)} on {len(ids)} tasks")
+        eprint(_header([t for t, _ in plan], len(ids), progress_label))
     t0, episodes = time.monotonic(), {}
     with PolicyClient(policy_url) as pc:
         for target, path in plan:  # one model at a time, and one LoRA slot at a time

@@ -115,6 +115,18 @@ def test_stage_progress_lines_carry_the_stage_label(capsys) -> None:
     assert capsys.readouterr().err.startswith("[base] 1/1")
 
 
+def test_stage_header_names_the_stage_not_the_served_name() -> None:
+    """demo-29's log said "evaluating fathom-base on 100 tasks" before the SFT stage's episodes."""
+    from fathom.entrypoints.eval_cmd import _header
+    from fathom.eval.runner import EvalTarget
+
+    served = EvalTarget("http://env", "http://proxy", "fathom-base", label="fathom-base")
+    assert _header([served], 100, "sft") == "evaluating sft (served as fathom-base) on 100 tasks"
+    lora = EvalTarget("http://env", "http://proxy", "fathom-ckpt-1", label="ckpt")
+    base = EvalTarget("http://env", "http://proxy", "fathom-base", label="base")
+    assert _header([base, lora], 30) == "evaluating base, ckpt on 30 tasks"
+
+
 def test_learning_bench_reads_training_success_by_half_and_by_phrasing(tmp_path: Path) -> None:
     from fathom.tasks.generate import get_task, question_phrasing
 
