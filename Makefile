@@ -8,7 +8,7 @@ STAMPS  := .stamps
 FATHOM  := $(VENV)/bin/fathom
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-gpu demo test test-unit test-all bench clean trainer-gpu-env
+.PHONY: setup setup-gpu demo lint test test-unit test-all bench clean trainer-gpu-env
 
 setup: $(STAMPS)/venv $(STAMPS)/vllm $(STAMPS)/system
 
@@ -85,9 +85,14 @@ demo: setup
 
 # The test target (and set-up run for it) requires the sandbox layers the shipped configs require:
 # a missing one fails the run instead of skipping its tests (tests/sandbox_layers.py).
+# ruff's rule set is in pyproject.toml; `make test` lints first, so CI lints too.
+lint: $(STAMPS)/venv
+	$(VENV)/bin/ruff check fathom bench tests
+
+# --durations: the slowest tests, in the log of every run, so a slow test is seen where it lands.
 test: export FATHOM_REQUIRE_SANDBOX_LAYERS = 1
-test: setup
-	$(VENV)/bin/python -m pytest -m "not slow" $(PYTEST_ARGS)
+test: setup lint
+	$(VENV)/bin/python -m pytest -m "not slow" --durations=25 $(PYTEST_ARGS)
 
 test-unit: $(STAMPS)/venv
 	$(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -341,7 +341,7 @@ def upstream_client_bench(n_c1: int, per_worker_c64: int) -> dict:
     try:
         clients = {"raw_socket": raw, "ours_httptools_pool": ours, "httpx": with_httpx}
         try:
-            import aiohttp  # noqa: F401
+            import aiohttp  # noqa: F401 - only whether it is installed
 
             clients["aiohttp"] = with_aiohttp
         except ImportError:

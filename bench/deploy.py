@@ -23,9 +23,9 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.ui_latency import measure_ui_latency  # noqa: E402
-from tests import container_image as ci  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from bench.ui_latency import measure_ui_latency
+from tests import container_image as ci
+from tests.ports import free_port
 
 SLIM_BASE_MB = 131.0
 """python:3.11-slim (bookworm, amd64), uncompressed as `docker images` shows it."""

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fathom.tasks import load_split  # noqa: E402
-from tests.integration.env_server_stack import run_episodes, running_stack  # noqa: E402
+from fathom.tasks import load_split
+from tests.integration.env_server_stack import run_episodes, running_stack
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -28,14 +28,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fathom.config.eval import EvalConfig  # noqa: E402
-from fathom.eval.evaluate import build_results  # noqa: E402
-from fathom.eval.report import write_outputs  # noqa: E402
-from fathom.eval.runner import EvalRunner, EvalTarget  # noqa: E402
-from fathom.env_server.client import EpisodeClient  # noqa: E402
-from fathom.protocol import EpisodeLimits, EpisodeRequest, Sampling  # noqa: E402
-from fathom.tasks import load_split  # noqa: E402
-from tests.integration.env_server_stack import running_stack  # noqa: E402
+from fathom.config.eval import EvalConfig
+from fathom.eval.evaluate import build_results
+from fathom.eval.report import write_outputs
+from fathom.eval.runner import EvalRunner, EvalTarget
+from fathom.env_server.client import EpisodeClient
+from fathom.protocol import EpisodeLimits, EpisodeRequest, Sampling
+from fathom.tasks import load_split
+from tests.integration.env_server_stack import running_stack
 
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"]

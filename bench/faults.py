@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fathom.entrypoints.recovery import reapply_version, reapply_weights  # noqa: E402
-from fathom.entrypoints.supervisor import Restarts, Supervisor  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from fathom.entrypoints.recovery import reapply_version, reapply_weights
+from fathom.entrypoints.supervisor import Restarts, Supervisor
+from tests.ports import free_port
 
 FATHOM = [sys.executable, "-m", "fathom.entrypoints.cli"]
 TASK = "needle-2k-s1"

@@ -21,12 +21,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import faults, load_spread  # noqa: E402
-from fathom.tasks import load_split  # noqa: E402
+from bench import faults, load_spread
+from fathom.tasks import load_split
 
 MEMORY_GROWTH_MB = 200.0
 

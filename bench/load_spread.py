@@ -23,9 +23,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fathom.rollout_worker.session import FathomSessionFactory  # noqa: E402
-from fathom.tasks import load_split  # noqa: E402
-from tests.integration.env_server_stack import running_stack  # noqa: E402
+from fathom.rollout_worker.session import FathomSessionFactory
+from fathom.tasks import load_split
+from tests.integration.env_server_stack import running_stack
 
 
 def short_tasks(n: int, max_chars: int = 16_000) -> list[str]:

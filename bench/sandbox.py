@@ -22,8 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fathom.config import load_config  # noqa: E402
-from fathom.env_server.sandbox import SandboxError, SandboxPool  # noqa: E402
+from fathom.config import load_config
+from fathom.env_server.sandbox import SandboxError, SandboxPool
 
 SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "smoke.toml")
 

@@ -278,7 +278,7 @@ class HotPath:
             return
         try:
             response = await handler(Request(scope, receive))
-        except Exception as e:  # noqa: BLE001 - a bug must answer 500 JSON, not drop the connection
+        except Exception as e:  # a bug must answer 500 JSON, not drop the connection
             logger.exception("model call failed inside the proxy")
             response = error(500, f"capture proxy internal error: {e!r}", "internal_error")
         await response(scope, receive, send)

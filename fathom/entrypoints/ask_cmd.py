@@ -104,7 +104,7 @@ def ask(
                                                      max_turns or cfg.env_server.max_turns))
     except asyncio.TimeoutError:
         die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")
-    except Exception as e:  # proxy, engine or sandbox failure: say which and stop
+    except Exception as e:  # noqa: BLE001 - proxy, engine or sandbox failure: say which and stop
         die(f"the episode failed: {e}")
     tree = Tree(f"[bold]{question}[/]")
     _tree(turns, tree)

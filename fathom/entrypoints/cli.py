@@ -28,6 +28,7 @@ from fathom.entrypoints import (
     train_cmd,
     ui_cmd,
 )
+from fathom.entrypoints.common import OVERRIDE_SETTINGS
 
 app = typer.Typer(
     name="fathom",
@@ -43,17 +44,17 @@ app.add_typer(env_cmd.app, name="env")
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(config_cmd.app, name="config")
 app.add_typer(deploy_cmd.app, name="deploy")
-eval_cmd.app.command("watch", context_settings=eval_cmd.OVERRIDE_SETTINGS)(eval_watch_cmd.watch)
-eval_cmd.app.command("stages", context_settings=stages_cmd.OVERRIDE_SETTINGS)(stages_cmd.stages)
+eval_cmd.app.command("watch", context_settings=OVERRIDE_SETTINGS)(eval_watch_cmd.watch)
+eval_cmd.app.command("stages", context_settings=OVERRIDE_SETTINGS)(stages_cmd.stages)
 app.add_typer(eval_cmd.app, name="eval")
 app.command("doctor")(doctor_cmd.doctor)
-app.command("demo", context_settings=demo_cmd.OVERRIDE_SETTINGS)(demo_cmd.demo)
+app.command("demo", context_settings=OVERRIDE_SETTINGS)(demo_cmd.demo)
 app.command("export")(export_cmd.export)
-app.command("ask", context_settings=eval_cmd.OVERRIDE_SETTINGS)(ask_cmd.ask)
+app.command("ask", context_settings=OVERRIDE_SETTINGS)(ask_cmd.ask)
 train_cmd.register(app)
 ui_cmd.register(app)
-app.command("launch", context_settings=launch_cmd.OVERRIDE_SETTINGS)(launch_cmd.launch)
-app.command("sft", context_settings=sft_cmd.OVERRIDE_SETTINGS)(sft_cmd.sft)
+app.command("launch", context_settings=OVERRIDE_SETTINGS)(launch_cmd.launch)
+app.command("sft", context_settings=OVERRIDE_SETTINGS)(sft_cmd.sft)
 
 
 if __name__ == "__main__":

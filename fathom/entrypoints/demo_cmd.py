@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+from fathom.entrypoints.common import CONFIG_OPTION, config_from, die
 
 QUESTION = "What is 2+3?"
 

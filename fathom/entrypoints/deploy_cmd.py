@@ -53,6 +53,6 @@ def space(
             "send it as the X-Fathom-Token header")
     try:
         url = push_space(out, repo_id, private=private, token=token, shared_token=secret)
-    except Exception as e:  # auth, network, name taken: the Hub's message says which
+    except Exception as e:  # noqa: BLE001 - auth, network, name taken: the Hub's message says which
         die(f"push to Space {repo_id} failed: {e}")
     print(f"pushed: {url} (the Space builds the image, then answers {HEALTH_PATH})")

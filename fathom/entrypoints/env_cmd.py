@@ -45,7 +45,7 @@ def serve(
                 "or env_server.prompt_format = 'chat' for an API-only server)")
     try:
         application = create_app(cfg, tokenizer_dir=tokenizer_dir)
-    except Exception as e:  # config the server cannot run with (e.g. a required sandbox layer missing)
+    except Exception as e:  # noqa: BLE001 - config the server cannot run with (e.g. a required sandbox layer missing)
         die(f"env server cannot start: {e}")
     uvicorn.run(
         application,
@@ -101,7 +101,7 @@ def episode(
             res = client.run(req, timeout_s=timeout_s)
     except EpisodeError as e:
         die(str(e))
-    except Exception as e:  # connection refused and the like: say where
+    except Exception as e:  # noqa: BLE001 - connection refused and the like: say where
         die(f"env server at {base} unreachable ({e}); start it with `fathom env serve`")
     print(res.model_dump_json(indent=2))
     if res.status != "done":

@@ -231,7 +231,7 @@ class Supervisor:
         if c.on_restart is not None:
             try:
                 c.on_restart(c)
-            except Exception as e:  # noqa: BLE001 - a server that lost state it cannot get back ends the run
+            except Exception as e:  # a server that lost state it cannot get back ends the run
                 raise c.failure(f"restarted, but its state could not be restored: {e}") from e
         self._note(c, f"{c.name} is back (pid {c.proc.pid})")
 

@@ -32,7 +32,7 @@ def build_results(episodes: dict[str, list[EpisodeResult]], *, targets: list[Eva
         models[t.label] = {"model": t.model, "summary": summarize(rows, max_model_len=max_model_len, boot=boot),
                            "rows": rows}
     # Every other model against the first (the base when there is one), each paired on the same tasks.
-    verdict = lambda label: {r["task_id"]: bool(r["correct"]) for r in models[label]["rows"] if r["scorable"]}  # noqa: E731
+    verdict = lambda label: {r["task_id"]: bool(r["correct"]) for r in models[label]["rows"] if r["scorable"]}  # noqa: E731 - a one-line helper used right below
     ref = targets[0].label
     comparisons = [{"base": ref, "adapter": t.label, **paired(verdict(ref), verdict(t.label), **boot)}
                    for t in targets[1:]]

@@ -98,7 +98,7 @@ def summarize(rows: list[dict[str, Any]], *, max_model_len: int, boot: dict[str,
     for r in ok:
         fam[r["family"]].append(r)
         lens[r["length"]].append(r)
-    beyond = lambda length: length / CHARS_PER_TOKEN > max_model_len  # noqa: E731
+    beyond = lambda length: length / CHARS_PER_TOKEN > max_model_len  # noqa: E731 - a one-line helper used right below
     depth_total: Counter = Counter()
     for r in ok:
         depth_total.update(r["subcalls_by_depth"])

@@ -82,7 +82,7 @@ class Watcher:
         doc["step"], doc["adapter_path"] = step, str(path)
         base = self.base()
         if base.get("rows") and doc.get("rows"):  # same fixed subset: a paired comparison against the base
-            verdicts = lambda d: {r["task_id"]: bool(r["correct"]) for r in d["rows"] if r["scorable"]}  # noqa: E731
+            verdicts = lambda d: {r["task_id"]: bool(r["correct"]) for r in d["rows"] if r["scorable"]}  # noqa: E731 - a one-line helper used right below
             doc["vs_base"] = paired(verdicts(base), verdicts(doc))
         self._write(f"checkpoint-{step}.json", doc)
         self.events.append({"event": "done", "step": step, "t": self.clock()})

@@ -126,7 +126,7 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
             for queue in (self.rollout_buffer, self._metrics_queue):
                 queue.cancel_join_thread()
 
-    def _run_session(self, prompt, group_id=0):  # noqa: ANN001 - TRL's pool-thread rollout
+    def _run_session(self, prompt, group_id=0):  # TRL's pool-thread rollout
         forget_trace_versions()
         rollout, metrics = super()._run_session(prompt, group_id)
         versions = last_trace_versions()
@@ -134,7 +134,7 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
             self._versions[id(rollout[0])] = versions
         return rollout, metrics
 
-    async def _score_group(self, group):  # noqa: ANN001 - TRL's RolloutGroup
+    async def _score_group(self, group):  # TRL's RolloutGroup
         samples = await super()._score_group(group)
         stamp_versions(samples, self._versions)
         for completion in group.completions:

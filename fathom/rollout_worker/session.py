@@ -125,7 +125,7 @@ class FathomSession(ResourceSession):
         timeout = timeout_s if timeout_s is not None else self.factory.timeout_s
         try:
             res = self.env.wait(self.episode_id, timeout_s=timeout)
-        except Exception as e:  # noqa: BLE001 - transport or server failure: the rollout is unscorable
+        except Exception as e:  # transport or server failure: the rollout is unscorable
             raise RolloutError(f"episode {self.episode_id}: cannot read its result from the env server: {e}") from e
         self.result = res
         if res.status in ("done", "error"):

@@ -95,5 +95,5 @@ def value(rng: random.Random, split: str, digits: int = 7) -> int:
 def person_names(rng: random.Random, split: str, n: int) -> list[str]:
     """`n` distinct `First Last` names from the split's share."""
     first, last = part(FIRST_NAMES, split), part(LAST_NAMES, split)
-    pool = [f"{f} {l}" for f in first for l in last]
+    pool = [f"{f} {la}" for f in first for la in last]
     return rng.sample(pool, min(n, len(pool)))

@@ -22,7 +22,7 @@ def check() -> dict[str, str]:
     import importlib.metadata as md
 
     try:
-        import openenv.core.harness  # noqa: F401
+        import openenv.core.harness  # noqa: F401 - the import is the check
         from trl.experimental.async_grpo import weight_transfer
     except ImportError as e:
         raise GpuEnvError(f"import failed ({e}); run `make trainer-gpu-env` (vllm=={VLLM_VERSION} --no-deps "

@@ -51,7 +51,7 @@ def test_lora_adapter_loads_serves_and_unloads(vllm_server, tmp_path):
             assert tuned["model"] == "trl-policy-v1"
             # Same prompt tokens; the adapter's random B must change what is sampled or its logprobs.
             assert base["prompt_token_ids"] == tuned["prompt_token_ids"]
-            lp = lambda r: [x["logprob"] for x in r["choices"][0]["logprobs"]["content"]]  # noqa: E731
+            lp = lambda r: [x["logprob"] for x in r["choices"][0]["logprobs"]["content"]]  # noqa: E731 - a one-line helper used right below
             assert (base["choices"][0]["token_ids"], lp(base)) != (tuned["choices"][0]["token_ids"], lp(tuned))
         finally:
             c.unload_adapter("trl-policy-v1")

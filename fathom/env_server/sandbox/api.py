@@ -107,7 +107,7 @@ class SandboxPool:
         self._proc.kill()
         try:
             _, err = self._proc.communicate(timeout=10)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - killed already; its stderr is a nicety
             err = b""
         return (err or b"").decode(errors="replace")
 

@@ -74,7 +74,7 @@ def check_name(name: object) -> str:
 class SafeFormatter(string.Formatter):
     """`str.format` semantics with every field lookup going through the guards."""
 
-    def get_field(self, field_name, args, kwargs):  # noqa: ANN001 - Formatter's signature
+    def get_field(self, field_name, args, kwargs):  # Formatter's signature
         first, rest = _formatter_field_name_split(field_name)
         obj = self.get_value(first, args, kwargs)
         for is_attr, key in rest:
@@ -87,7 +87,7 @@ _FORMATTER = SafeFormatter()
 
 
 def _safe_format(template: str) -> Callable[..., str]:
-    def format(*args: Any, **kwargs: Any) -> str:  # noqa: A001 - stands in for str.format
+    def format(*args: Any, **kwargs: Any) -> str:  # stands in for str.format
         return _FORMATTER.vformat(template, args, kwargs)
     return format
 

@@ -207,7 +207,7 @@ def detect_layers() -> dict[str, dict[str, Any]]:
     """Which isolation layers this machine offers: {layer: {"available": bool, "detail": str}}."""
     res: dict[str, dict[str, Any]] = {}
     try:
-        import RestrictedPython  # noqa: F401
+        import RestrictedPython  # noqa: F401 - importable is what the layer needs
         from importlib.metadata import version
 
         res["restricted"] = {"available": True, "detail": f"RestrictedPython {version('RestrictedPython')}"}
@@ -235,7 +235,7 @@ def _detect_bwrap() -> dict[str, Any]:
     argv = bwrap_argv(16, _bwrap_binds()) + [sys.executable, "-I", "-c", "print('ok')"]
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - report, never crash doctor
         return {"available": False, "detail": f"bwrap failed to run: {e}"}
     if p.returncode != 0 or p.stdout.strip() != "ok":
         return {"available": False, "detail": f"bwrap exited {p.returncode}: {p.stderr.strip()[-300:]}; "

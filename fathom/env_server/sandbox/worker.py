@@ -143,7 +143,7 @@ class Worker:
         if error is None and compiled is not None:
             sys.stdout, sys.stderr = self.stdout, self.stderr
             try:
-                exec(compiled, self.ns)
+                exec(compiled, self.ns)  # noqa: S102 - the sandbox's job: run the model's code under its guards
             except BaseException as e:  # noqa: BLE001 - user code may raise anything, SystemExit included
                 error = _format_error(e, code)
             finally:
@@ -264,10 +264,10 @@ def child_main(sock_fd: int, ctx_fd: int, ctx_len: int, tmpdir: str, opts: dict[
         worker.serve()
     except MemoryError:
         os._exit(EXIT_MEMORY)
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001 - any set-up failure is reported to the host, then exit
         try:
             wire.send(socket.socket(fileno=os.dup(sock_fd)), {"op": "failed", "error": f"{type(e).__name__}: {e}"})
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - the host socket is gone; the exit code still tells
             pass
         os._exit(EXIT_SETUP)
     os._exit(0)

@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any
 
-from fathom.env_server.sandbox import layers, wire, worker  # noqa: F401 - preload for the forked workers
+from fathom.env_server.sandbox import layers, wire, worker  # imported here so the forked workers share them
 
 _MAX_STATUSES = 4096
 
@@ -144,7 +144,7 @@ def _preload(active: list[str]) -> None:
     """Import the layer libraries before any fork: workers cannot exec ldconfig or read new paths later."""
     if "seccomp" in active:
         try:
-            import pyseccomp  # noqa: F401
+            import pyseccomp  # noqa: F401 - loaded before fork, used by the workers
         except Exception:  # noqa: BLE001 - the worker reports the layer as not applied
             pass
     if "landlock" in active:
@@ -152,7 +152,7 @@ def _preload(active: list[str]) -> None:
             from landlock.plumbing import landlock_abi_version
 
             landlock_abi_version()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the worker reports the layer as not applied
             pass
 
 

@@ -213,7 +213,7 @@ class Harness:
                 parent=cur.turn.call_id, conversation=None,
             )
             if reply is None:
-                raise ProxyError("too_long", f"the llm() prompt does not fit the model's context with its output cap; "
+                raise ProxyError("too_long", "the llm() prompt does not fit the model's context with its output cap; "
                                              "send a smaller piece")
         except ProxyError as e:
             node.error = str(e)

@@ -35,7 +35,7 @@ class FakeEpisode:
             self._calls += len(ps)
             try:
                 return handler(list(ps))
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - the fake REPL reports every handler failure as llm()'s
                 raise RuntimeError(f"llm() failed: {e}") from None
 
         def final(x: Any) -> None:
@@ -53,10 +53,10 @@ class FakeEpisode:
         t0 = time.perf_counter()
         res = RunResult()
         try:
-            exec(compile(code, "<repl>", "exec"), self.ns)
+            exec(compile(code, "<repl>", "exec"), self.ns)  # noqa: S102 - the fake REPL runs trusted test code
         except RecursionError:
             res.error, res.killed_reason = "RecursionError: maximum recursion depth exceeded\n", "crashed"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - user code's error is the REPL's output, as in the real sandbox
             res.error = f"{type(e).__name__}: {e}\n"
         res.stdout, res.final_answer, res.llm_calls = buf.getvalue(), self._final, self._calls
         res.duration_ms = (time.perf_counter() - t0) * 1000

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.env_server.test_app import TASK, app_client, episode  # noqa: F401 - the fixture
+from tests.unit.env_server import test_app
+from tests.unit.env_server.test_app import TASK, episode
+
+app_client = test_app.app_client  # the fixture, shared with test_app
 
 EP = "/episodes"
 

@@ -30,5 +30,5 @@ def run_restricted(source: str, context: str, question: str = "") -> list[object
     env = {"__builtins__": builtins, "_getattr_": safer_getattr, "_getitem_": default_guarded_getitem,
            "_getiter_": default_guarded_getiter, "_write_": full_write_guard, "__name__": "sandbox",
            "__metaclass__": type, "context": context, "question": question, "FINAL": finals.append}
-    exec(result.code, env)
+    exec(result.code, env)  # noqa: S102 - RestrictedPython-compiled reference programs
     return finals

@@ -84,7 +84,7 @@ def test_runs_with_the_sandbox_guards() -> None:
             finals: list[object] = []
             env = guards.restricted_globals(PrintCollector)
             env.update(context=t.context, question=t.question, FINAL=finals.append)
-            exec(code.code, env)
+            exec(code.code, env)  # noqa: S102 - RestrictedPython-compiled reference programs
             assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
 
 
