@@ -1,17 +1,25 @@
-"""The model-call path: authenticate, check budgets, rewrite, call vLLM, capture, validate, answer."""
+"""The model-call path: authenticate, check budgets, rewrite, call vLLM, capture, validate, answer.
+
+Domain code: it raises `errors.ProxyError`s and returns a `CallAnswer`; app.py turns both into HTTP.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Awaitable, Callable
 
 import orjson
-from starlette.background import BackgroundTask
-from starlette.requests import Request
-from starlette.responses import Response
 
-from fathom.capture_proxy.capture import BadRequest, extract, prepare
-from fathom.capture_proxy.http import HTTPFail, error, parse_json, read_json, session_key
+from fathom.capture_proxy.capture import BadRequest, extract, parse_json, prepare
+from fathom.capture_proxy.errors import (
+    BudgetExhausted,
+    InvalidRequest,
+    ProxyError,
+    SessionRequired,
+    UpstreamFailed,
+)
 from fathom.capture_proxy.sessions import CallRecord, Session
 from fathom.capture_proxy.sse import replay
 from fathom.capture_proxy.state import ProxyState
@@ -25,52 +33,64 @@ PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 _CLIENT_ERRORS = (400, 413, 422)
 
 
-def call_headers(request: Request) -> tuple[str, int, str | None, str | None]:
-    headers = request.headers
-    role = headers.get(HEADER_ROLE, "root")
+@dataclass(slots=True)
+class CallAnswer:
+    """What goes back to the caller: the engine's bytes (or an SSE replay of them), and the capture work that
+    runs once they are sent (`after`, None when the capture already ran)."""
+
+    body: bytes
+    media_type: str
+    headers: dict[str, str]
+    after: Callable[[], Awaitable[None]] | None = None
+
+
+def call_headers(header: Callable[[str], str | None]) -> tuple[str, int, str | None, str | None]:
+    role = header(HEADER_ROLE) or "root"
     if role not in ("root", "subcall"):
-        raise HTTPFail(400, f"{HEADER_ROLE} must be 'root' or 'subcall', got {role!r}", "invalid_header")
-    depth_text = headers.get(HEADER_DEPTH)
+        raise InvalidRequest(f"{HEADER_ROLE} must be 'root' or 'subcall', got {role!r}", "invalid_header")
+    depth_text = header(HEADER_DEPTH)
     if depth_text is None:
         depth = 0 if role == "root" else 1
     elif depth_text.isdigit():
         depth = int(depth_text)
     else:
-        raise HTTPFail(400, f"{HEADER_DEPTH} must be a non-negative integer, got {depth_text!r}", "invalid_header")
-    conversation = headers.get(HEADER_CONVERSATION) or None
+        raise InvalidRequest(f"{HEADER_DEPTH} must be a non-negative integer, got {depth_text!r}", "invalid_header")
+    conversation = header(HEADER_CONVERSATION) or None
     if conversation is not None and len(conversation) > 200:
-        raise HTTPFail(400, f"{HEADER_CONVERSATION} must be at most 200 characters", "invalid_header")
-    return role, depth, headers.get(HEADER_PARENT) or None, conversation
+        raise InvalidRequest(f"{HEADER_CONVERSATION} must be at most 200 characters", "invalid_header")
+    return role, depth, header(HEADER_PARENT) or None, conversation
 
 
-def authenticate(state: ProxyState, request: Request) -> Session:
-    sid = session_key(request)
+def authenticate(state: ProxyState, sid: str | None) -> Session:
     session = state.store.get(sid) if sid else None
     if session is None or session.closed:
         state.metrics.inc("fathom_proxy_rejected_total", reason="session")
         what = "no session id was sent" if not sid else (
             "the session is closed" if session is not None else "the session id is unknown (or evicted)")
-        raise HTTPFail(401, f"{what}; open one with POST /sessions and send its id as the API key "
-                            "(Authorization: Bearer <id> or x-api-key)", "invalid_session")
+        raise SessionRequired(f"{what}; open one with POST /sessions and send its id as the API key "
+                              "(Authorization: Bearer <id> or x-api-key)")
     return session
 
 
-async def handle_call(state: ProxyState, kind: str, request: Request) -> Response:
+async def handle_call(state: ProxyState, kind: str, sid: str | None,
+                      read_body: Callable[[int], Awaitable[Any]], header: Callable[[str], str | None]) -> CallAnswer:
+    """One captured model call. `read_body(cap)` reads the request's JSON (after the session is known, so an
+    unauthenticated caller never makes the proxy read its body); `header(name)` reads a request header."""
     t0 = time.perf_counter()
     try:
-        session = authenticate(state, request)
-        body = await read_json(request, state.cfg.max_body_bytes)
+        session = authenticate(state, sid)
+        body = await read_body(state.cfg.max_body_bytes)
         if not isinstance(body, dict):
-            raise HTTPFail(400, "request body must be a JSON object", "invalid_json")
-        role, depth, parent, conversation = call_headers(request)
+            raise InvalidRequest("request body must be a JSON object", "invalid_json")
+        role, depth, parent, conversation = call_headers(header)
         prep = prepare(kind, body, model=session.model, sampling=session.sampling, trainable=session.trainable)
     except BadRequest as e:
         state.metrics.inc("fathom_proxy_rejected_total", reason="bad_request")
-        return error(400, str(e), "invalid_request")
-    except HTTPFail as e:
-        if e.status != 401:
+        raise InvalidRequest(str(e)) from None
+    except ProxyError as e:
+        if not isinstance(e, SessionRequired):  # counted where it was raised
             state.metrics.inc("fathom_proxy_rejected_total", reason=e.code)
-        return e.response()
+        raise
 
     session.last_active = state.store.clock()
     flush(state, session)  # budgets count the tokens of every earlier call
@@ -84,7 +104,7 @@ async def handle_call(state: ProxyState, kind: str, request: Request) -> Respons
         record.status, record.error = "refused", refusal
         session.refused += 1
         state.metrics.inc("fathom_proxy_calls_total", role=role, status="refused")
-        return error(429, refusal + "; the episode should stop", "budget_exceeded", headers)
+        raise BudgetExhausted(refusal + "; the episode should stop", headers=headers)
     session.calls += 1
     session.calls_by_role[role] = session.calls_by_role.get(role, 0) + 1
 
@@ -96,34 +116,33 @@ async def handle_call(state: ProxyState, kind: str, request: Request) -> Respons
         resp = await state.upstream.post(PATHS[kind], orjson.dumps(prep.body))
     except UpstreamError as e:
         state.upstream_ok = False
-        return _failed(state, session, record, e.kind, f"policy server call failed: {e}", headers)
+        raise _failed(state, session, record, e.kind, f"policy server call failed: {e}", headers) from None
     up_s = time.perf_counter() - t_up
     record.metadata["policy_version"] = _version_now(state, session)
     state.upstream_ok = True
     if resp.status != 200:
         detail = resp.body[:300].decode("utf-8", "replace")
         msg = f"policy server answered HTTP {resp.status}: {detail}"
-        status = resp.status if resp.status in _CLIENT_ERRORS else 502
-        return _failed(state, session, record, "status", msg, headers, status)
+        status = resp.status if resp.status in _CLIENT_ERRORS else None
+        raise _failed(state, session, record, "status", msg, headers, status)
     try:
         data = parse_json(resp.body, "policy server response")
-        if not isinstance(data, dict):
-            raise HTTPFail(502, "policy server response is not a JSON object", "upstream_protocol")
-    except HTTPFail:
-        return _failed(state, session, record, "protocol", "policy server response is not JSON", headers)
+    except InvalidRequest:
+        data = None
+    if not isinstance(data, dict):
+        raise _failed(state, session, record, "protocol", "policy server response is not a JSON object", headers)
 
     record.status = "captured"
     session.pending.append((record, kind, body, data, up_s))
     if prep.stream:
         flush(state, session)  # the SSE replay needs the parsed result anyway; keep arrival order
         payload = replay(kind, data, include_usage=prep.include_usage, client_logprobs=prep.client_logprobs)
-        out = Response(payload, media_type="text/event-stream", headers={**headers, "Cache-Control": "no-cache"})
+        out = CallAnswer(payload, "text/event-stream", {**headers, "Cache-Control": "no-cache"})
     else:
         # The engine's bytes go back untouched, and capture (extract + validate, ~0.2 ms) runs right
         # after the answer is sent. Every reader of the session calls `flush` first, so nobody can
         # observe a session whose last call is not yet validated and counted.
-        out = Response(resp.body, media_type="application/json", headers=headers,
-                       background=BackgroundTask(_flush_async, state, session))
+        out = CallAnswer(resp.body, "application/json", headers, after=partial(_flush_async, state, session))
     total = time.perf_counter() - t0
     state.upstream_latency.observe(up_s)
     state.overhead.observe(max(total - up_s, 0.0))
@@ -142,12 +161,13 @@ async def _flush_async(state: ProxyState, session: Session) -> None:
 
 
 def _failed(state: ProxyState, session: Session, record: CallRecord, kind: str, msg: str,
-            headers: dict[str, str], status: int = 502) -> Response:
+            headers: dict[str, str], status: int | None = None) -> UpstreamFailed:
+    """Record the call as failed and return the error to raise (the call id rides in its headers)."""
     record.status, record.error = "failed", msg
     session.failed += 1
     state.metrics.inc("fathom_proxy_upstream_errors_total", kind=kind)
     state.metrics.inc("fathom_proxy_calls_total", role=record.role, status="failed")
-    return error(status, msg, "upstream_" + kind, headers)
+    return UpstreamFailed(msg, "upstream_" + kind, headers, status)
 
 
 def _capture(state: ProxyState, session: Session, record: CallRecord, kind: str,

@@ -9,9 +9,13 @@ recorded logprobs are the ones the trainer recomputes. Nothing here tokenizes te
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from fathom.capture_proxy.errors import InvalidRequest
 from fathom.protocol import PUBLIC_MODEL_NAME
 
 
@@ -152,3 +156,16 @@ def extract(kind: str, resp: dict[str, Any]) -> Captured:
     if not isinstance(n_completion, int):
         n_completion = len(completion_ids) if isinstance(completion_ids, list) else 0
     return Captured(prompt_ids, completion_ids, logprobs, choice.get("finish_reason"), n_prompt, n_completion, text)
+
+
+def parse_json(raw: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        # The stdlib parser also reads NaN/Infinity, which a broken engine may emit; validation
+        # must see those values to flag the turn rather than fail to parse it.
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidRequest(f"{what} is not valid JSON ({e}); send a JSON object", "invalid_json") from None

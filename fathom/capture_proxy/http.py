@@ -1,30 +1,41 @@
-"""Small HTTP helpers shared by the proxy's routes: JSON errors, capped body reads, session keys."""
+"""The proxy's HTTP edge: domain errors to statuses (one table), JSON responses, capped body reads, session keys."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from fathom.capture_proxy import errors as E
+from fathom.capture_proxy.capture import parse_json
 from fathom.protocol import HEADER_API_KEY
-
-
-class HTTPFail(Exception):
-    """Ends a request with a JSON error; the message says what was wrong and what to do."""
-
-    def __init__(self, status: int, message: str, code: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
-
-    def response(self) -> Response:
-        return error(self.status, self.message, self.code, self.headers)
 
 
 _TYPES = {401: "authentication_error", 404: "not_found_error", 409: "conflict_error", 413: "request_too_large",
           429: "budget_exceeded", 502: "upstream_error", 503: "upstream_unavailable"}
+
+
+# The one place a domain error becomes a status. A subclass not listed maps through its base class.
+STATUS: dict[type[E.ProxyError], int] = {
+    E.InvalidRequest: 400, E.SessionRequired: 401, E.UnknownSession: 404, E.UnknownServedModel: 404,
+    E.Conflict: 409, E.BodyTooLarge: 413, E.InvalidSessionSpec: 422, E.BudgetExhausted: 429,
+    E.InvalidCapture: 500, E.UpstreamFailed: 502, E.PolicyUnavailable: 503,
+}
+
+
+def status_of(e: E.ProxyError) -> int:
+    if isinstance(e, E.UpstreamFailed) and e.status is not None:
+        return e.status
+    for cls in type(e).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def error_response(e: E.ProxyError) -> Response:
+    return error(status_of(e), e.message, e.code, e.headers)
 
 
 def error(status: int, message: str, code: str, headers: dict[str, str] | None = None) -> Response:
@@ -41,32 +52,18 @@ async def read_json(request: Request, cap: int) -> Any:
     """The request body parsed as JSON, refusing bodies over `cap` bytes before reading them whole."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > cap:
-        raise HTTPFail(413, f"request body is {length} bytes, over the {cap}-byte cap (capture_proxy.max_body_bytes)",
-                       "body_too_large")
+        raise E.BodyTooLarge(f"request body is {length} bytes, over the {cap}-byte cap (capture_proxy.max_body_bytes)")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > cap:
-            raise HTTPFail(413, f"request body exceeds the {cap}-byte cap (capture_proxy.max_body_bytes)", "body_too_large")
+            raise E.BodyTooLarge(f"request body exceeds the {cap}-byte cap (capture_proxy.max_body_bytes)")
         chunks.append(chunk)
     raw = b"".join(chunks)
     if not raw:
         return None
     return parse_json(raw, "request body")
-
-
-def parse_json(raw: bytes, what: str) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        # The stdlib parser also reads NaN/Infinity, which a broken engine may emit; validation
-        # must see those values to flag the turn rather than fail to parse it.
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise HTTPFail(400, f"{what} is not valid JSON ({e}); send a JSON object", "invalid_json") from None
 
 
 def session_key(request: Request) -> str | None:
