@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# --- per-call headers (DESIGN.md "Contracts") ---------------------------------------
+# --- per-call headers (docs/capture_proxy.md, "Model calls") -------------------------
 HEADER_ROLE = "X-Fathom-Role"
 HEADER_DEPTH = "X-Fathom-Depth"
 HEADER_PARENT = "X-Fathom-Parent"

@@ -1,8 +1,8 @@
 """Config plumbing shared by every component: strict models, TOML load, dotted overrides.
 
 Every component's settings are a `FathomModel` subclass in its own module, and each
-field carries a docstring (`use_attribute_docstrings`) so `fathom config explain`
-and errors can show what a field means.
+field carries a docstring (`use_attribute_docstrings`), which pydantic keeps as the field's
+description, so the JSON schema and readers of the config module see what a field means.
 """
 
 from __future__ import annotations

@@ -67,9 +67,9 @@ class TrainerConfig(FathomModel):
     drop_flat_groups: bool = False
     """Never train on a group whose rewards are all equal (every advantage 0): DAPO's dynamic sampling. Such a
     group adds no gradient but costs a full forward and backward and dilutes the loss's token normaliser;
-    `rollout/flat_group_frac` in metrics.jsonl counts them. Off reproduces TRL's default, and the smoke config
-    keeps it: with it on (grpo-g, docs/main_job.md) a family whose groups were never right contributed nothing,
-    and held-out code_qa fell from 5/20 to 0/20 while kv_chain rose."""
+    `rollout/flat_group_frac` in metrics.jsonl counts them. Off reproduces TRL's default; the smoke config turns it
+    on, so the trainer's one core goes to groups that carry a gradient. A family whose groups are never right then
+    contributes nothing while the program opening all families share moves, and its held-out tasks can fall."""
 
     balance_lengths: bool = False
     """Give every episode of a group the same total weight in the loss: its advantage is scaled by the group's mean
@@ -130,8 +130,9 @@ class TrainerConfig(FathomModel):
     """Weight of the SFT anchor: the mean next-token loss on one row of the warm start's teacher data, added to
     each GRPO micro-batch (InstructGPT's PPO-ptx; `trainer/anchor.py`), meant to hold the families GRPO does not
     train on where SFT left them; `sft_anchor/nll` in metrics.jsonl is the loss. 0 (off) reproduces TRL and costs
-    nothing; on, each micro-batch runs one more forward and backward of about one SFT row (~800 tokens). At 1.0 on
-    every family's rows it cost held-out kv_chain 10 of 20 tasks (demo-9, docs/main_job.md)."""
+    nothing; on, each micro-batch runs one more forward and backward of about one SFT row (~800 tokens). On every
+    family's rows it also re-teaches which program goes with which question, and at 1.0 it moved held-out kv_chain
+    onto the one-hop needle program (docs/trainer.md, "The SFT anchor")."""
 
     sft_anchor_data: str = ""
     """The anchor's rows: a data.jsonl written by `fathom sft` (`<run>/sft/data.jsonl`). `fathom launch` sets it
@@ -139,8 +140,8 @@ class TrainerConfig(FathomModel):
 
     sft_anchor_families: list[str] = []
     """The task families whose teacher rows the anchor trains on (empty: all), e.g. only those outside
-    `train_families`. Measured with code_qa alone (demo-9b): held-out code_qa rose 2 -> 6 of 20, but the code_qa
-    program spread to needle and kv_chain (GRPO - SFT -0.11)."""
+    `train_families`. With code_qa's rows alone, held-out code_qa rose but the code_qa program spread to needle and
+    kv_chain questions (docs/trainer.md, "The SFT anchor")."""
 
     lora: LoraConfig = LoraConfig()
     """Adapter shape."""

@@ -3,9 +3,9 @@
 `trainer.cpu_cores` pins the trainer, and vLLM binds its model worker to `policy_server.cpu_cores`, but the rest
 of the stack floats: vLLM's API server, the capture proxy, the env server and its sandboxes. On 2 cores they ran
 on the trainer's core too; fenced off it, the trainer's median fwd+bwd rate went from 55.6 to 76.7 tok/s
-(docs/main_job.md). `CoreFence` narrows the affinity of every thread in the launcher's tree (the launcher and every
-server it started, with their children) to the other cores, and puts each thread's own mask back afterwards, so
-the evaluation that follows gets every core again.
+(docs/main_job.md, "Where the time goes"). `CoreFence` narrows the affinity of every thread in the launcher's
+tree (the launcher and every server it started, with their children) to the other cores, and puts each thread's
+own mask back afterwards, so the evaluation that follows gets every core again.
 
 Threads born while the fence stands inherit the narrowed mask from their parent (a restarted server, a new
 sandbox); `restore` widens those that still carry it to the launcher's old mask. A thread already confined to the

@@ -70,8 +70,8 @@ def sft_adapter_dir(cfg) -> Path:
 
 def slow_cpu_note(cfg, cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """The line a CPU run starts with where the CPU has no native bf16: `"auto"` then serves and trains in fp32,
-    and the job takes about twice as long (measured: `make demo` 67.6 minutes on a 2-core AVX2-only EPYC against
-    34-40 on 2-core machines with AVX512-BF16 or AMX; demo-28 in docs/main_job.md). None on a GPU or such a CPU."""
+    and the job takes about twice as long (`make demo` on 2 cores: 67.6-69.8 minutes on an AVX2-only EPYC against
+    34-40 with AVX512-BF16 or AMX; docs/main_job.md, "Where the time goes"). None on a GPU or such a CPU."""
     from fathom.policy_server.launch import cpu_has_native_bf16, detect_device
 
     # the flags first: `detect_device("auto")` imports torch (2.2 s here), which a CPU with native bf16 never needs

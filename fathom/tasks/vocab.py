@@ -4,7 +4,7 @@ Word lists are split three ways by index (train, test, heldout) and planted numb
 their split in their residue mod 3, so no key or needle value can appear in two splits.
 Train keys also draw on words no other split has (TRAIN_ADJECTIVES, TRAIN_NOUNS): with
 only its third of the shared lists, the SFT adapter recalled train words instead of copying
-an unseen key from the question (docs/main_job.md, "phrasings").
+an unseen key from the question.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """The SFT anchor: a small next-token loss on the warm start's own teacher rows, added to every GRPO micro-batch.
 
 Why: GRPO here trains on the families the policy sometimes solves (needle, kv_chain). The programs of all families
-share their opening, so updates on those families also move the policy on the ones it does not train on, and
-every measured `make demo` lost held-out code_qa tasks that SFT had solved (8 -> 3 of 40, 3 -> 1, 4 -> 2 of 20;
-docs/main_job.md). Mixing the SFT loss back in while the policy-gradient step runs (InstructGPT's PPO-ptx) pulls
+share their opening, so updates on those families also move the policy on the ones it does not train on, and a
+GRPO stage that left a family out of its training set lost held-out tasks of that family that SFT had solved
+(docs/results.md). Mixing the SFT loss back in while the policy-gradient step runs (InstructGPT's PPO-ptx) pulls
 the adapter toward what the teacher showed, while the advantage term moves it where rewards differ.
 `sft_anchor/nll` in metrics.jsonl is that loss; TRL's logged `loss` includes coef x it.
 
-On every family's rows it also re-teaches which program goes with which question: in demo-9 it moved held-out
-kv_chain onto the needle program (docs/main_job.md). `families` restricts the rows, e.g. to the families GRPO does
-not train on.
+On every family's rows it also re-teaches which program goes with which question: the teacher pairs needle
+questions with the one-hop program, and at coefficient 1.0 held-out kv_chain moved onto it (docs/trainer.md).
+`families` restricts the rows, e.g. to the families GRPO does not train on.
 
 Rows are the ones `fathom sft` trained on (`<run>/sft/data.jsonl`): `input_ids`, `labels` (-100 off the
 assistant's tokens, so the anchor's mask is the one set when each token was recorded) and the task's `family`.

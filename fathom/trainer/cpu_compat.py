@@ -1,6 +1,6 @@
 """What TRL 1.15's AsyncGRPOTrainer needs to run without CUDA. Applied only when CUDA is absent.
 
-TRL assumes CUDA in three places (DESIGN.md, "Facts measured"):
+TRL assumes CUDA in three places:
 1. `attn_implementation="kernels-community/flash-attn3"` is hard-coded; on CPU we load with `segment_sdpa`
    (below): TRL's padding-free rows hold several sequences, `position_ids` resetting at each, and it runs
    causal SDPA on each sequence alone. transformers' own `sdpa` builds a block-diagonal [row, row] mask from

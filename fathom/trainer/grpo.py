@@ -76,8 +76,8 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
 
     def _sync_weight(self):
         # The probe of the previous sync ran in a thread while this step trained: on 2 cores vLLM's API process
-        # shares its core with the busy model worker during GRPO, and the two prefills took 5-19 s a step (demo-16)
-        # when the trainer waited for them. So each line logs the probe of the sync before the step.
+        # shares its core with the busy model worker during GRPO, and the two prefills took 5-19 s a step when the
+        # trainer waited for them. So each line logs the probe of the sync before the step.
         if self._probe_thread is not None:
             self._probe_thread.join()  # done long ago; bounded by the probe's HTTP timeout
             self._probe_thread, result = None, self._probe_result

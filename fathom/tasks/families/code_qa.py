@@ -20,7 +20,7 @@ SUFFIXES = ["LIMIT", "TIMEOUT", "RETRIES", "WORKERS", "PORT", "DEPTH"]
 
 TEMPLATES = {
     # Several wordings a kind in train, with the name at the start, middle or end, so that SFT and GRPO teach
-    # choosing the program from what is asked rather than from one sentence (docs/main_job.md, demo-14).
+    # choosing the program from what is asked rather than from one sentence.
     "train": {"calls": ["Which function calls {x}()?",
                         "{x}() is invoked inside one function of the repository. Name that function.",
                         "Find the caller of {x}(): which function's body calls it?",

@@ -18,7 +18,7 @@ TEMPLATES = {
         "value": ["{b} holds the value {v}.", "The entry {b} resolves to the value {v}."],
         "stale": ["{a} formerly pointed to {b}, but that link was revoked."],
         # The start key sits at the start, middle or end and among different words, so that SFT and GRPO teach
-        # copying it out of the question rather than out of one position (docs/main_job.md, "phrasings").
+        # copying it out of the question rather than out of one position.
         "question": ["Start at {a} and follow the links until you reach a value. What is that value?",
                      "{a} is the first entry of a chain. Follow it to the end and give the value there.",
                      "Which value do you reach if you follow the links from {a}?",

@@ -17,7 +17,7 @@ TEMPLATES = {
         "fact": ["The special magic number for {k} is {v}.", "Remember this: the magic number of {k} is {v}."],
         "stale": ["An outdated note gave {k} the magic number {v}, which no longer applies."],
         # The key sits at the start, middle or end and among different words, so that SFT and GRPO teach copying
-        # it out of the question rather than out of one position (docs/main_job.md, "phrasings").
+        # it out of the question rather than out of one position.
         "question": ["What is the special magic number for {k} mentioned in the document?",
                      "Which magic number does the text give for {k}?",
                      "{k}: which magic number does the document assign to it?",

@@ -116,7 +116,8 @@ def test_stage_progress_lines_carry_the_stage_label(capsys) -> None:
 
 
 def test_stage_header_names_the_stage_not_the_served_name() -> None:
-    """demo-29's log said "evaluating fathom-base on 100 tasks" before the SFT stage's episodes."""
+    """Under merged sync every stage is served as the base's name, so a header that named the served model said
+    "evaluating fathom-base" before the SFT stage's episodes."""
     from fathom.entrypoints.eval_cmd import _header
     from fathom.eval.runner import EvalTarget
 
