@@ -79,7 +79,7 @@ def slow_cpu_note(cfg, cpuinfo: str = "/proc/cpuinfo") -> str | None:
         return None
     return (f"this CPU has no native bf16 (no avx512_bf16 or amx_bf16 in {cpuinfo}): with the `auto` settings "
             "vLLM and the trainer run in fp32, and the job takes about twice as long as on a CPU with it "
-            "(make demo on 2 cores: 67.6 minutes against 34-40; docs/main_job.md, demo-28)")
+            "(docs/main_job.md, \"Where the time goes\"; measured runs in docs/results.md)")
 
 
 def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
