@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from trainer import fwd_bwd  # bench/trainer.py, beside this script
+from fathom.unwind import sigterm_unwinds
 
 
 def main() -> None:
@@ -69,4 +70,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

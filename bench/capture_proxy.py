@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from fathom.unwind import sigterm_unwinds
 
 BASE = "fake-base"
 # At concurrency 64 everything is CPU-bound, so latency is queueing: the direct p50 is 64 x the fake
@@ -498,4 +499,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.ui_latency import measure_ui_latency
 from tests import container_image as ci
 from tests.ports import free_port
+from fathom.unwind import sigterm_unwinds
 
 SLIM_BASE_MB = 131.0
 """python:3.11-slim (bookworm, amd64), uncompressed as `docker images` shows it."""
@@ -80,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from fathom.tasks import load_split
 from tests.integration.env_server_stack import run_episodes, running_stack
+from fathom.unwind import sigterm_unwinds
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -162,4 +163,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -36,6 +36,7 @@ from fathom.env_server.client import EpisodeClient
 from fathom.protocol import EpisodeLimits, EpisodeRequest, Sampling
 from fathom.tasks import load_split
 from tests.integration.env_server_stack import running_stack
+from fathom.unwind import sigterm_unwinds
 
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -152,4 +153,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import faults, load_spread
 from fathom.tasks import load_split
+from fathom.unwind import sigterm_unwinds
 
 MEMORY_GROWTH_MB = 200.0
 
@@ -142,4 +143,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

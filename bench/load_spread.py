@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from fathom.rollout_worker.session import FathomSessionFactory
 from fathom.tasks import load_split
 from tests.integration.env_server_stack import running_stack
+from fathom.unwind import sigterm_unwinds
 
 
 def short_tasks(n: int, max_chars: int = 16_000) -> list[str]:
@@ -101,4 +102,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -20,6 +20,7 @@ import httpx
 from fathom.config import load_config
 from fathom.policy_server.launch import PolicyServer
 from fathom.policy_server.models import prepare_embedded
+from fathom.unwind import sigterm_unwinds
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -102,4 +103,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fathom.config import load_config
 from fathom.env_server.sandbox import SandboxError, SandboxPool
+from fathom.unwind import sigterm_unwinds
 
 SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "smoke.toml")
 
@@ -168,4 +169,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

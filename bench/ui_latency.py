@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from fathom.unwind import sigterm_unwinds
 
 TARGET_S = 1.0
 TASK = "needle-16k-s1000000"
@@ -104,4 +105,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop servers
     main()

@@ -24,6 +24,8 @@ from typing import Callable
 
 import httpx
 
+from fathom.unwind import sigterm_unwinds
+
 
 class LaunchError(Exception):
     """A child failed: it names the child, what happened, and ends with its log's last lines."""
@@ -92,14 +94,15 @@ class Supervisor:
     def __enter__(self) -> "Supervisor":
         self.log_dir.mkdir(parents=True, exist_ok=True)
         # SIGTERM (from a job runner) unwinds like Ctrl-C, so the finally blocks stop every child.
-        self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        self._old_term = sigterm_unwinds()
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
             self.stop_all()
         finally:
-            signal.signal(signal.SIGTERM, self._old_term)
+            if self._old_term is not None:
+                signal.signal(signal.SIGTERM, self._old_term)
 
     def _popen(self, argv: list[str], log_path: Path) -> subprocess.Popen:
         log = open(log_path, "ab", buffering=0)
@@ -317,7 +320,3 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _raise_interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
