@@ -19,10 +19,10 @@ STALLED = textwrap.dedent("""
     import sys, time
     from types import SimpleNamespace
     from fathom.trainer.callbacks import Watchdog
-    wd = Watchdog(1.0, grace_s=30, poll_s=0.2)
+    wd = Watchdog(1.0, grace_s=3, poll_s=0.2)
     wd.on_train_begin(None, SimpleNamespace(global_step=4), None)
     try:
-        time.sleep(60)  # a step that never ends
+        time.sleep(60)  # a step stuck in C never sees the interrupt: the watchdog exits after grace_s
     except KeyboardInterrupt:
         sys.exit(3 if wd.tripped else 1)
 """)
