@@ -78,7 +78,9 @@ def train(
 
 
 def plot(run_dir: str = typer.Argument(..., help="A run directory holding metrics.jsonl.")) -> None:
-    """Write PNG charts of reward and its components, loss, KL, entropy, mismatch, lengths, sub-calls, sync time."""
+    """Write PNG charts of reward and its components, loss, KL, entropy, mismatch, lengths, sub-calls, sync time,
+    and the learning dynamics: training success by family, group reward spread and flat groups, sampled-token NLL,
+    importance-sampling ratios, drift from the starting adapter, staleness and task length."""
     from fathom.trainer.plot import PlotError, plot_run
 
     try:
