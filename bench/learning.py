@@ -2,9 +2,10 @@
 
     python bench/learning.py [RUN_DIR]      # default: runs/smoke, the last `make demo`
 
-Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same
-held-out tasks, paired bootstrap deltas), `launch.json` (the job's wall time and each step's) and `rollouts.jsonl`
-(GRPO's training-time success, first half of the run against the second). Nothing is re-run.
+Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same tasks of the
+split the run scored, reported as `split`; paired bootstrap deltas), `launch.json` (the job's wall time and each
+step's) and `rollouts.jsonl` (GRPO's training-time success, first half of the run against the second). Nothing is
+re-run.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ def training(run_dir: Path) -> dict | None:
 
 
 def evaluate(run_dir: Path) -> dict:
+    from fathom.entrypoints.launch_cmd import split_use
+
     summary_path, launch_path = run_dir / "eval" / "summary.json", run_dir / "launch.json"
     if not summary_path.is_file():
         raise FileNotFoundError(f"{summary_path} does not exist: run `make demo` (or `fathom launch CONFIG`) first")
@@ -92,6 +95,8 @@ def evaluate(run_dir: Path) -> dict:
         "run_dir": str(run_dir),
         "n_tasks": s["n_tasks"],
         "split": s.get("split"),
+        # under the selection protocol (docs/main_job.md): `test` scores choose a recipe, `heldout` scores report one
+        "split_use": None if s.get("split") is None else split_use(s["split"]),
         "start_stage": start,
         "pass@1": stages,
         "intervals": {k: v["pass@1"]["ci"] for k, v in s["stages"].items()},

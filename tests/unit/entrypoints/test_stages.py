@@ -63,6 +63,7 @@ def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> 
     assert met == {"sft_minus_base_pass1": True, "grpo_minus_sft_paired_ci_low": False, "demo_wall_min": False,
                    "beyond_window_fraction": True, "heldout_tasks": True}
     assert out["start_stage"] == "sft"
+    assert out["split"] == "heldout" and "reporting" in out["split_use"]
     with pytest.raises(FileNotFoundError, match="make demo"):
         _learning().evaluate(tmp_path / "nothing")
 
