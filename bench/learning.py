@@ -40,6 +40,11 @@ def training(run_dir: Path) -> dict | None:
     scored = sorted((r for r in records if not r.get("unscorable")), key=lambda r: r["time"])
     mid = len(scored) // 2
     halves = {"first": scored[:mid], "second": scored[mid:]}
+    # The same halves with the rollouts ordered by when they started (finish time less the episode's wall time). A
+    # right answer stops after one turn while a wrong one runs to the turn limit, so by finish time the run's first
+    # rollouts lean towards quick right answers; the two orders disagreeing says the halves measure that, not learning.
+    started = sorted(scored, key=lambda r: r["time"] - float(r.get("wall_s") or 0.0))
+    halves_started = {"first": started[:mid], "second": started[mid:]}
     from fathom.tasks.record import parse_id
 
     def family(r: dict) -> str:
@@ -49,8 +54,11 @@ def training(run_dir: Path) -> dict | None:
     cancelled = sum(1 for r in records if r.get("stop_reason") == "cancelled")
     out: dict = {"rollouts": len(records), "unscorable": len(records) - len(scored) - cancelled,
                  "cancelled_at_stop": cancelled, "by_family": {}}
+    out["by_family_started"] = {}
     for fam in sorted({family(r) for r in scored}):
         out["by_family"][fam] = {h: _half([r for r in rows if family(r) == fam]) for h, rows in halves.items()}
+        out["by_family_started"][fam] = {h: _half([r for r in rows if family(r) == fam])
+                                         for h, rows in halves_started.items()}
     config_path = run_dir / "config.resolved.json"
     keep = json.loads(config_path.read_text()).get("sft", {}).get("question_phrasings") if config_path.is_file() else {}
     if keep:

@@ -7,7 +7,8 @@
 
 Each seed is one `fathom launch CONFIG` with the SFT stage skipped (`--trainer.init_adapter`), the base stage left
 out of the evaluation (`--launch.eval_base false`), and its own rollout seed: vLLM's sampling seed
-(`--policy_server.seed`) and the trainer's (`--trainer.seed`). So every seed trains GRPO from the same adapter and
+(`--policy_server.seed`) and the trainer's (`--trainer.seed`); `--shuffle-tasks` also gives each seed its own
+order of the training tasks (`--trainer.task_order_seed`). So every seed trains GRPO from the same adapter and
 scores SFT and GRPO on the same tasks of `--split` (default `test`, the split recipes are chosen on:
 docs/main_job.md), paired within its own run. Extra `--section.key value` arguments go to every launch, which is
 how a recipe change is measured across seeds. A seed whose run directory already holds `eval/summary.json` is
@@ -46,14 +47,17 @@ def _learning():
 
 
 def launch_argv(config: str, sft_adapter: str, seed: int, *, out: Path, split: str, n_tasks: int | None,
-                extra: list[str]) -> list[str]:
-    """The `fathom launch` command of one seed: GRPO from `sft_adapter`, then SFT and GRPO scored on `split`."""
+                extra: list[str], shuffle_tasks: bool = False) -> list[str]:
+    """The `fathom launch` command of one seed: GRPO from `sft_adapter`, then SFT and GRPO scored on `split`;
+    with `shuffle_tasks` the seed also orders the training tasks (`trainer.task_order_seed`)."""
     argv = [sys.executable, "-m", "fathom.entrypoints.cli", "launch", config, "--split", split,
             "--output_dir", str(out), "--run_name", f"seed-{seed}", "--trainer.init_adapter", sft_adapter,
             "--launch.stages", '["grpo", "eval"]', "--launch.eval_base", "false",
             "--policy_server.seed", str(seed), "--trainer.seed", str(seed)]
     if n_tasks:
         argv += ["--eval.n_tasks", str(n_tasks)]
+    if shuffle_tasks:
+        argv += ["--trainer.task_order_seed", str(seed)]
     return argv + list(extra)
 
 
@@ -61,11 +65,12 @@ def _rate(half: dict) -> float | None:
     return half["correct"] / half["n"] if half["n"] else None
 
 
-def curve_rises(training: dict | None) -> dict:
+def curve_rises(training: dict | None, key: str = "by_family") -> dict:
     """Per family with any training-time success: did the second half's rate reach the first's? A family with no
-    rollout in one half cannot show it and counts as not rising; families never right are left out."""
+    rollout in one half cannot show it and counts as not rising; families never right are left out. `key` picks
+    bench/learning.py's halves: by finish time (`by_family`, the target's) or by start time (`by_family_started`)."""
     fams: dict[str, bool] = {}
-    for fam, halves in ((training or {}).get("by_family") or {}).items():
+    for fam, halves in ((training or {}).get(key) or {}).items():
         first, second = halves["first"], halves["second"]
         if first["correct"] + second["correct"] == 0:
             continue
@@ -93,6 +98,7 @@ def seed_row(run_dir: Path) -> dict:
     return {
         "run_dir": str(run_dir),
         "seed": cfg.get("policy_server", {}).get("seed"),
+        "task_order_seed": cfg.get("trainer", {}).get("task_order_seed"),
         "split": s.get("split"), "n_tasks": s.get("n_tasks"),
         "sft_adapter": cfg.get("trainer", {}).get("init_adapter"),
         "eval_concurrency": cfg.get("eval", {}).get("concurrency"),
@@ -101,6 +107,7 @@ def seed_row(run_dir: Path) -> dict:
         "ci_above_0": bool(pair["ci"]) and pair["ci"][0] > 0,
         "training": training,
         "training_curve": curve_rises(training),
+        "training_curve_started": curve_rises(training, "by_family_started"),
         "wall_min": None if wall is None else round(wall / 60, 1),
     }
 
@@ -131,6 +138,9 @@ def aggregate(run_dirs: list[Path]) -> dict:
         "grpo_minus_sft": {"mean": mean, "std": statistics.stdev(deltas) if n > 1 else None,
                            "min": min(deltas), "max": max(deltas), "n_seeds": n},
         "share_ci_above_0": above / n,
+        # the curve with rollouts ordered by start time (bench/learning.py): where it rises and the target's falls,
+        # the fall is the order quick right answers finish in, not the policy
+        "seeds_rising_by_start": sum(r["training_curve_started"]["rises"] for r in rows),
         "targets": [
             _target("grpo_minus_sft_mean", round(mean, 4), "> 0", mean > 0),
             _target("seeds_with_paired_ci_above_0", above, f">= {need} of {n} (at least 3 seeds)", n >= 3 and above >= need),
@@ -168,6 +178,9 @@ def main() -> None:
     ap.add_argument("--split", default="test", help="Split every seed scores (default test; docs/main_job.md).")
     ap.add_argument("--n-tasks", type=int, default=None, help="Score the split's first N tasks (default: eval.n_tasks).")
     ap.add_argument("--out", default="runs/seeds", help="Directory of the seed runs (OUT/seed-K).")
+    ap.add_argument("--shuffle-tasks", action="store_true",
+                    help="Each seed also shuffles the training tasks (trainer.task_order_seed); without it every seed "
+                         "trains on the same tasks in the same order, as the shipped recipe does.")
     ap.add_argument("--dry-run", action="store_true", help="Print the plan (and launch's own plan) and run nothing.")
     ap.add_argument("--aggregate", action="store_true", help="Only read the finished seed runs under --out.")
     args, extra = ap.parse_known_args()
@@ -193,8 +206,8 @@ def main() -> None:
     if args.seeds < 1:
         fail(f"--seeds {args.seeds}: give at least 1 (the targets need 3)")
     adapter = str(Path(args.sft_adapter).resolve())
-    plans = [(k, launch_argv(args.config, adapter, k, out=out, split=args.split, n_tasks=args.n_tasks, extra=extra))
-             for k in seeds]
+    plans = [(k, launch_argv(args.config, adapter, k, out=out, split=args.split, n_tasks=args.n_tasks, extra=extra,
+                             shuffle_tasks=args.shuffle_tasks)) for k in seeds]
     # launch's own dry run checks the config, the overrides and the split before any seed trains
     check = subprocess.run([*plans[0][1], "--dry-run"], capture_output=True, text=True)
     if check.returncode != 0:

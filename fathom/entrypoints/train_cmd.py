@@ -61,7 +61,7 @@ def train(
     try:
         run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
                             task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
-                                                       cfg.trainer.train_families),
+                                                       cfg.trainer.train_families, cfg.trainer.task_order_seed),
                             rollout_cores=rollout_cores)
     except (TrlVersionError, AnchorDataError) as e:
         die(str(e))

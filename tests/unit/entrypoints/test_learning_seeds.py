@@ -69,6 +69,7 @@ def test_three_seeds_that_all_gain_meet_every_target(tmp_path: Path) -> None:
     assert [s["ci_above_0"] for s in out["seeds"]] == [True, True, False] and out["share_ci_above_0"] == pytest.approx(2 / 3)
     # code_qa was never right: left out; needle fell in seed 2
     assert out["seeds"][2]["training_curve"] == {"families": {"needle": False, "kv_chain": True}, "rises": False}
+    assert out["seeds_rising_by_start"] == 2  # hand-built records without wall_s: start order = finish order
     assert out["seeds"][0]["pass@1"] == {"sft": 0.30, "grpo": 0.45} and out["seeds"][0]["seed"] == 0
     met = {t["name"]: t["met"] for t in out["targets"]}
     assert met == {"grpo_minus_sft_mean": True, "seeds_with_paired_ci_above_0": True,
@@ -126,7 +127,12 @@ def test_dry_run_prints_each_seeds_launch_and_runs_nothing(tmp_path: Path) -> No
     assert not any(" stage sft:" in x for x in steps)
     ev = next(x for x in steps if " stage eval:" in x)
     assert "--stage base" not in ev and f"--stage init={adapter}" in ev and "--eval.split test" in ev
+    assert "--trainer.task_order_seed" not in cmd  # the shipped task order unless asked
     assert not (tmp_path / "out" / "seed-0").exists()  # nothing ran
+    shuffled = _bench("--sft-adapter", str(adapter), "--out", str(tmp_path / "out2"), "--seeds", "2",
+                      "--shuffle-tasks", "--dry-run")
+    assert shuffled.returncode == 0, shuffled.stderr + shuffled.stdout
+    assert "--trainer.task_order_seed 1" in json.loads(shuffled.stdout)["seeds"][1]["command"]
 
 
 def test_a_bad_adapter_or_split_is_named_before_anything_runs(tmp_path: Path) -> None:
