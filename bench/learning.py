@@ -2,9 +2,10 @@
 
     python bench/learning.py [RUN_DIR]      # default: runs/smoke, the last `make demo`
 
-Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same
-held-out tasks, paired bootstrap deltas), `launch.json` (the job's wall time and each step's) and `rollouts.jsonl`
-(GRPO's training-time success, first half of the run against the second). Nothing is re-run.
+Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same tasks of the
+split the run scored, reported as `split`; paired bootstrap deltas), `launch.json` (the job's wall time and each
+step's) and `rollouts.jsonl` (GRPO's training-time success, first half of the run against the second). Nothing is
+re-run.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def training(run_dir: Path) -> dict | None:
     scored = sorted((r for r in records if not r.get("unscorable")), key=lambda r: r["time"])
     mid = len(scored) // 2
     halves = {"first": scored[:mid], "second": scored[mid:]}
+    # The same halves with the rollouts ordered by when they started (finish time less the episode's wall time). A
+    # right answer stops after one turn while a wrong one runs to the turn limit, so by finish time the run's first
+    # rollouts lean towards quick right answers; the two orders disagreeing says the halves measure that, not learning.
+    started = sorted(scored, key=lambda r: r["time"] - float(r.get("wall_s") or 0.0))
+    halves_started = {"first": started[:mid], "second": started[mid:]}
     from fathom.tasks.record import parse_id
 
     def family(r: dict) -> str:
@@ -48,8 +54,11 @@ def training(run_dir: Path) -> dict | None:
     cancelled = sum(1 for r in records if r.get("stop_reason") == "cancelled")
     out: dict = {"rollouts": len(records), "unscorable": len(records) - len(scored) - cancelled,
                  "cancelled_at_stop": cancelled, "by_family": {}}
+    out["by_family_started"] = {}
     for fam in sorted({family(r) for r in scored}):
         out["by_family"][fam] = {h: _half([r for r in rows if family(r) == fam]) for h, rows in halves.items()}
+        out["by_family_started"][fam] = {h: _half([r for r in rows if family(r) == fam])
+                                         for h, rows in halves_started.items()}
     config_path = run_dir / "config.resolved.json"
     keep = json.loads(config_path.read_text()).get("sft", {}).get("question_phrasings") if config_path.is_file() else {}
     if keep:
@@ -73,6 +82,8 @@ def training(run_dir: Path) -> dict | None:
 
 
 def evaluate(run_dir: Path) -> dict:
+    from fathom.entrypoints.launch_cmd import split_use
+
     summary_path, launch_path = run_dir / "eval" / "summary.json", run_dir / "launch.json"
     if not summary_path.is_file():
         raise FileNotFoundError(f"{summary_path} does not exist: run `make demo` (or `fathom launch CONFIG`) first")
@@ -92,6 +103,8 @@ def evaluate(run_dir: Path) -> dict:
         "run_dir": str(run_dir),
         "n_tasks": s["n_tasks"],
         "split": s.get("split"),
+        # under the selection protocol (docs/main_job.md): `test` scores choose a recipe, `heldout` scores report one
+        "split_use": None if s.get("split") is None else split_use(s["split"]),
         "start_stage": start,
         "pass@1": stages,
         "intervals": {k: v["pass@1"]["ci"] for k, v in s["stages"].items()},

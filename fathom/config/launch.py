@@ -16,6 +16,10 @@ class LaunchConfig(FathomModel):
     stages: list[Stage] = ["sft", "grpo", "eval"]
     """Stages `fathom launch` runs, in order. SFT is skipped anyway when `trainer.init_adapter` names a warm start."""
 
+    eval_base: bool = True
+    """Score the base model in the final evaluation. Off for runs that only compare GRPO with its starting adapter
+    (`bench/learning_seeds.py`): the untrained model is the slowest stage, and its score does not change."""
+
     eval_watch: bool = False
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""
 

@@ -68,6 +68,10 @@ class PolicyServerConfig(FathomModel):
     startup_timeout_s: float = 600.0
     """How long to wait for /health before giving up and stopping vLLM."""
 
+    seed: int = 0
+    """vLLM's sampling seed (`--seed`, vLLM's own default 0). Requests carry no seed of their own, so this picks the
+    random stream every training rollout draws from; `bench/learning_seeds.py` gives each GRPO run its own."""
+
     extra_args: list[str] = []
     """Extra command-line arguments appended to the vLLM invocation."""
 

@@ -119,7 +119,14 @@ class TrainerConfig(FathomModel):
     """HTTP timeout of one weight sync (reload or adapter load) on the policy server."""
 
     seed: int = 0
-    """Seed of the adapter initialisation and the dataset order."""
+    """Seed of the trainer's random state (a fresh adapter's initialisation). It does not order the training tasks:
+    TRL's rollout worker takes them as listed; `task_order_seed` shuffles them."""
+
+    task_order_seed: int | None = None
+    """Shuffle the training tasks with this seed, each family's among themselves, families still round-robin. None:
+    the train plan's order, so every run trains on the same tasks in the same order, and a short run's first and
+    second halves differ by which tasks they drew as much as by training (docs/main_job.md, "Why training-time
+    success can fall")."""
 
     init_adapter: str = ""
     """LoRA adapter (directory or Hub repo id) GRPO continues from, e.g. the SFT warm start; empty starts from a

@@ -1,4 +1,7 @@
-"""`fathom launch CONFIG`: the main job. Servers up, then SFT, GRPO and a held-out evaluation, then all down.
+"""`fathom launch CONFIG`: the main job. Servers up, then SFT, GRPO and an evaluation, then all down.
+
+The evaluation scores `eval.split` (`--split NAME` sets it for every stage): `test` when choosing a recipe,
+`heldout` only to report a chosen one (docs/main_job.md, "How the recipe is chosen").
 
 The plan is a list of steps computed from the config alone (`--dry-run` prints it), so what runs
 is what the plan says. Servers and stages are `fathom` subcommands run as supervised children
@@ -82,8 +85,22 @@ def slow_cpu_note(cfg, cpuinfo: str = "/proc/cpuinfo") -> str | None:
             "(docs/main_job.md, \"Where the time goes\"; measured runs in docs/results.md)")
 
 
+def check_split(cfg) -> None:
+    """PlanError unless `eval.split` names a pinned split, so a typo stops the job before SFT and GRPO, not after."""
+    from fathom import tasks as T
+    from fathom.tasks.splits import ManifestError
+
+    T.configure(cfg.tasks)
+    try:
+        T.load_split(cfg.eval.split, verify_sha=False)
+    except ManifestError as e:
+        raise PlanError(f"eval.split (--split): {e}") from None
+
+
 def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     """Every step of the main job, in order."""
+    if "eval" in cfg.launch.stages or cfg.launch.eval_watch:
+        check_split(cfg)
     fathom = [sys.executable, "-m", "fathom.entrypoints.cli"]
     common = ["-c", config_path, *overrides]
     steps = server_steps(cfg, config_path, overrides)
@@ -117,13 +134,22 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
                 steps.append(Step("restart", policy.name, policy.argv, policy.health_url))
             else:
                 steps[0] = policy
-        stages = ["--stage", "base"]
+        stages = ["--stage", "base"] if cfg.launch.eval_base else []
         if start:
             stages += ["--stage", f"{start_label}={start}"]
         if "grpo" in cfg.launch.stages:
             stages += ["--stage", f"grpo={cfg.run_dir / 'final'}"]
+        if not stages:
+            raise PlanError("the evaluation has no stage to score: launch.eval_base is off and there is no adapter; "
+                            "turn launch.eval_base on, or add the sft or grpo stage, or set trainer.init_adapter")
         steps.append(Step("stage", "eval", [*fathom, "eval", "stages", *common, *stages]))
     return steps
+
+
+def split_use(split: str) -> str:
+    """What a score on `split` may be used for, under the selection protocol of docs/main_job.md."""
+    return {"test": "for choosing a recipe", "heldout": "for reporting a chosen recipe; never choose on it",
+            "train": "the tasks GRPO trains on: not an estimate of anything new"}.get(split, "an imported task set")
 
 
 @contextlib.contextmanager
@@ -147,8 +173,12 @@ def launch(
     ctx: typer.Context,
     config: str = typer.Argument(..., help="TOML config, e.g. configs/smoke.toml."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and exit."),
+    split: str = typer.Option(None, "--split", help="Task split the evaluation scores, for every stage (sets "
+                              "eval.split): `test` to choose a recipe, `heldout` to report one (docs/main_job.md)."),
 ) -> None:
-    """Run the main job: policy server, proxy and env server, then SFT, GRPO and held-out evaluation."""
+    """Run the main job: policy server, proxy and env server, then SFT, GRPO and the evaluation of `eval.split`."""
+    if split:  # an override like any other, so every stage the plan starts gets it too
+        ctx.args = [*ctx.args, "--eval.split", split]
     cfg = config_from(ctx, config)
     try:
         steps = plan(cfg, config, list(ctx.args))
@@ -178,6 +208,8 @@ def launch(
     write_resolved(cfg)
     if note := slow_cpu_note(cfg):
         console.print(f"[yellow]{note}[/]")
+    if "eval" in cfg.launch.stages:
+        console.print(f"the evaluation scores the {cfg.eval.split!r} split ({split_use(cfg.eval.split)})")
     t0 = time.monotonic()
     log_dir = cfg.run_dir / "logs"
     lc = cfg.launch
@@ -230,4 +262,5 @@ def launch(
                       f"training plots: {plots[0].parent if plots else 'none'}")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "PlanError", "Step", "launch", "plan", "server_steps", "server_urls"]
+__all__ = ["OVERRIDE_SETTINGS", "PlanError", "Step", "check_split", "launch", "plan", "server_steps", "server_urls",
+           "split_use"]

@@ -61,7 +61,7 @@ def train(
     try:
         run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
                             task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
-                                                       cfg.trainer.train_families),
+                                                       cfg.trainer.train_families, cfg.trainer.task_order_seed),
                             rollout_cores=rollout_cores)
     except (TrlVersionError, AnchorDataError) as e:
         die(str(e))
@@ -78,7 +78,9 @@ def train(
 
 
 def plot(run_dir: str = typer.Argument(..., help="A run directory holding metrics.jsonl.")) -> None:
-    """Write PNG charts of reward and its components, loss, KL, entropy, mismatch, lengths, sub-calls, sync time."""
+    """Write PNG charts of reward and its components, loss, KL, entropy, mismatch, lengths, sub-calls, sync time,
+    and the learning dynamics: training success by family, group reward spread and flat groups, sampled-token NLL,
+    importance-sampling ratios, drift from the starting adapter, staleness and task length."""
     from fathom.trainer.plot import PlotError, plot_run
 
     try:

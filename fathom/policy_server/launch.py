@@ -112,6 +112,7 @@ def vllm_flags(ps: PolicyServerConfig, model: ModelConfig, model_path: str, devi
         "--logprobs-mode", "processed_logprobs",
         "--max-logprobs", "1",
         "--generation-config", "vllm",
+        "--seed", str(ps.seed),
     ]
     if ps.enable_lora:
         flags += ["--enable-lora", "--max-lora-rank", str(ps.max_lora_rank), "--max-loras", str(ps.max_loras)]

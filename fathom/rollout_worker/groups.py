@@ -19,6 +19,12 @@ two optional changes.
   tokens / its own) gives every episode the same total weight, as sequence-mean GRPO does, and keeps the loss's
   overall scale. `rollout/length_balance_max_scale` logs the largest factor applied in a group.
 
+- Group metrics, pushed for every scored group before the switches act (so dropped groups count too):
+  `rollout/group_reward_std`, the spread of the group's scorable rewards (0 for a flat group), and
+  `rollout/sampled_nll`, the mean negative logprob of the tokens the group sampled and would train on. vLLM
+  returns processed logprobs (after temperature), so the latter estimates the per-token entropy of the sampling
+  policy at the training temperature over every group, where TRL's `entropy` covers only the trained batch.
+
 Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
 This subclasses TRL 1.15.0's private `_HarnessRolloutLoop` (the only TRL version `cpu_compat` accepts); TRL
 forwards the worker's constructor keywords to the loop, which is how the two switches reach the child
@@ -28,6 +34,7 @@ forwards the worker's constructor keywords to the loop, which is how the two swi
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -58,6 +65,30 @@ def is_flat(advantages: list[float]) -> bool:
     """True when no sample of a group has a non-zero advantage (TRL normalises by std + 1e-8, so equal
     rewards give exactly 0)."""
     return all(a == 0.0 for a in advantages)
+
+
+def group_metrics(samples: Sequence[Any]) -> dict[str, Any]:
+    """The group's reward spread and sampled-token NLL (module docstring). Rows of one conversation share its
+    reward, so the spread is over conversations; NaN rewards are unscorable and left out. The NLL is a
+    (sum, tokens) pair, which TRL's logger reduces as a rate over the logging window."""
+    rewards: dict[int, float] = {}
+    nll, tokens = 0.0, 0
+    for s in samples:
+        r = s.metrics.get("reward")
+        if r is not None and not math.isnan(r):
+            rewards[id(s.completion)] = float(r)
+        for m, lp in zip(s.completion_mask, s.old_log_probs):
+            if m:
+                nll -= lp
+                tokens += 1
+    out: dict[str, Any] = {}
+    if rewards:
+        vals = list(rewards.values())
+        mean = sum(vals) / len(vals)
+        out["rollout/group_reward_std"] = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
+    if tokens:
+        out["rollout/sampled_nll"] = (nll, float(tokens))
+    return out
 
 
 def length_balance(samples: Sequence[Any]) -> float:
@@ -140,7 +171,7 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
         for completion in group.completions:
             self._versions.pop(id(completion), None)
         flat = is_flat([s.advantage for s in samples])
-        self._push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0)})
+        self._push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0), **group_metrics(samples)})
         if flat and self.drop_flat_groups:
             log.info("dropping flat group %s (%d samples, all advantages 0)", group.group_id, len(samples))
             return []

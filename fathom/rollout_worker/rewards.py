@@ -81,4 +81,31 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, float]:
         vals = [float(r[k]) for r in records if isinstance(r.get(k), (int, float))]
         if vals:
             out[f"episode/{k}_mean"] = sum(vals) / len(vals)
+    out.update(by_family(scorable))
+    return out
+
+
+def by_family(scorable: list[dict[str, Any]]) -> dict[str, float]:
+    """Training-time success of each family over these scorable rollouts (`train_success/<family>`, with their
+    count in `train_rollouts/<family>`), and the mean context length they ran on (`train/context_chars_mean`), so a
+    falling success curve can be told apart from harder tasks arriving late in the run."""
+    from fathom.tasks.record import parse_id
+
+    out: dict[str, float] = {}
+    counts: dict[str, list[int]] = {}
+    lengths: list[int] = []
+    for r in scorable:
+        try:
+            family, _, length, _ = parse_id(r.get("task_id") or "")
+        except KeyError:  # a task id of another shape (an imported task set): no family to file it under
+            continue
+        c = counts.setdefault(family, [0, 0])
+        c[0] += bool(r.get("reward/correct"))
+        c[1] += 1
+        lengths.append(length)
+    for family, (right, n) in sorted(counts.items()):
+        out[f"train_success/{family}"] = right / n
+        out[f"train_rollouts/{family}"] = float(n)
+    if lengths:
+        out["train/context_chars_mean"] = sum(lengths) / len(lengths)
     return out

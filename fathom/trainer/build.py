@@ -164,6 +164,9 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
 
         # Before train(): TRL's cold weight sync at train begin then serves base + this adapter to the first rollouts.
         load_init_adapter(trainer.model, t.init_adapter, t.lora)
+    from fathom.trainer.drift import snapshot
+
+    trainer.drift_start = snapshot(trainer.model)  # where `drift/*` measures from: the warm start, or a fresh adapter
     if transfer is not None:
         transfer.bind(trainer)
     return Run(trainer=trainer, transfer=transfer, watchdog=watchdog, metrics=metrics, run_dir=run_dir,

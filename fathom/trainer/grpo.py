@@ -1,6 +1,7 @@
-"""TRL's AsyncGRPOTrainer with five additions: the trainer/sampler mismatch metric, atomic checkpoints, the SFT
-anchor (`anchor.py`: the warm start's loss on teacher rows, added to each micro-batch), a probe of the served
-logprobs after each merged sync (`weight_sync.ServedProbe`), and (for tests) a record of every trained token id.
+"""TRL's AsyncGRPOTrainer with six additions: the trainer/sampler mismatch metric (with the importance-sampling
+ratio's extremes), atomic checkpoints, the SFT anchor (`anchor.py`: the warm start's loss on teacher rows, added to
+each micro-batch), a probe of the served logprobs after each merged sync (`weight_sync.ServedProbe`), the adapter's
+distance from its start (`drift.py`), and (for tests) a record of every trained token id.
 
 Mismatch is measured on on-policy tokens only: a sample trained at the policy version it was sampled
 with, every turn of it (the rollout loop stamps the oldest version of its turns and flags a sample whose turns
@@ -70,6 +71,9 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
     served_probe: Any = None
     """A `weight_sync.ServedProbe`, or None: after each weight sync, how far the served logprobs moved."""
 
+    drift_start: Any = None
+    """A `drift.snapshot` of the adapter GRPO started from, or None: each logged step adds its `drift/*` distance."""
+
     _staging = False
     _probe_thread: threading.Thread | None = None
     _probe_result: Any = None
@@ -94,6 +98,13 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
             self._probe_result = None
             self._probe_thread = threading.Thread(target=run, name="served-probe", daemon=True)
             self._probe_thread.start()
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.drift_start is not None and self.model.training:
+            from fathom.trainer.drift import distance
+
+            logs.update(distance(self.model, self.drift_start))
+        super().log(logs, start_time)
 
     def get_train_dataloader(self):
         loader = super().get_train_dataloader()
@@ -148,11 +159,16 @@ class FathomGRPOTrainer(AsyncGRPOTrainer):
         old = inputs["old_log_probs"][keep][1:].cpu()
         trained = (inputs["completion_mask"][keep][1:] > 0).cpu()
         on = self._on_policy_tokens(inputs["input_ids"][keep].cpu(), inputs["position_ids"][keep].cpu())[1:]
-        dev = (torch.exp(log_probs[0].float().cpu() - old.float()) - 1).abs()
+        ratio = torch.exp(log_probs[0].float().cpu() - old.float())
+        dev = (ratio - 1).abs()
         for name, sel in (("mismatch", trained & on), ("offpolicy", trained & ~on)):
             if sel.any():
                 self._metrics["train"][f"{name}/abs_ratio_minus_1"].append(dev[sel].mean().item())
                 self._metrics["train"][f"{name}/abs_ratio_minus_1_max"].append(dev[sel].max().item())
+        if trained.any():
+            # the extremes of the importance-sampling ratio TRL's `ratio` averages: how far the clip (1 +- 0.2) bites
+            self._metrics["train"]["is_ratio/min"].append(ratio[trained].min().item())
+            self._metrics["train"]["is_ratio/max"].append(ratio[trained].max().item())
         self._metrics["train"]["mismatch/on_policy_token_frac"].append((float((trained & on).sum()),
                                                                         float(trained.sum().clamp(min=1))))
 

@@ -1,4 +1,9 @@
-"""`fathom plot RUN_DIR`: PNG charts from metrics.jsonl."""
+"""`fathom plot RUN_DIR`: PNG charts from metrics.jsonl.
+
+A chart lists metric keys; a key ending in `/*` stands for every key under that prefix (one line per family of
+`train_success/*`). What each learning-dynamics key means, and which question about a falling training curve it
+answers, is in docs/main_job.md ("Why training-time success can fall").
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,27 @@ CHARTS: dict[str, list[str]] = {
     "completion_length": ["completions/mean_length"],
     "subcalls": ["episode/subcalls_mean", "episode/turns_mean"],
     "sync_time": ["perf/weight_sync_s", "perf/weight_sync_write_s", "perf/weight_sync_reload_s"],
+    # learning dynamics: success on GRPO's own rollouts, how much signal the groups carry, and how far and how
+    # off-policy the updates are
+    "train_success": ["train_success/*"],
+    "group_signal": ["rollout/group_reward_std", "rollout/flat_group_frac"],
+    "sampled_nll": ["rollout/sampled_nll"],
+    "is_ratio": ["ratio", "is_ratio/min", "is_ratio/max", "clip_ratio/region_mean"],
+    "drift_from_start": ["drift/lora_delta_norm", "drift/lora_delta_rel"],
+    "staleness": ["sample/staleness_mean", "sample/staleness_max", "mismatch/on_policy_token_frac"],
+    "task_length": ["train/context_chars_mean"],
 }
+
+
+def chart_keys(keys: list[str], rows: list[dict]) -> list[str]:
+    """`keys` with each `prefix/*` expanded to the keys under it that some row holds, sorted."""
+    out: list[str] = []
+    for k in keys:
+        if k.endswith("/*"):
+            out += sorted({key for r in rows for key in r if key.startswith(k[:-1])})
+        else:
+            out.append(k)
+    return out
 
 
 class PlotError(ValueError):
@@ -45,7 +70,8 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, keys in CHARTS.items():
-        series = {k: [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))] for k in keys}
+        series = {k: [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
+                  for k in chart_keys(keys, rows)}
         series = {k: v for k, v in series.items() if v}
         if not series:
             continue

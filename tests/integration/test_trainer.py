@@ -153,6 +153,23 @@ def test_reward_components_and_metrics_logged(trained):
     assert any("episode/turns_mean" in row and "episode/subcalls_mean" in row for row in rows)
 
 
+def test_learning_dynamics_logged_each_step(trained):
+    """The per-step metrics that tell a falling training curve's causes apart reach metrics.jsonl from the real
+    trainer and its spawned rollout child."""
+    rows = [row for row in _metrics(trained["run"]) if "kl" in row]
+    assert len(rows) == 2
+    # drift from the starting adapter: a real step moves the LoRA weights, and the second moves them further
+    assert 0 < rows[0]["drift/lora_delta_norm"] <= rows[1]["drift/lora_delta_norm"]
+    assert all(0 < row["is_ratio/min"] <= row["ratio"] <= row["is_ratio/max"] for row in rows)
+    assert all(k in row for row in rows for k in ("sample/staleness_mean", "sample/staleness_max"))
+    # pushed by the rollout child for every scored group, flat or not
+    assert any("rollout/group_reward_std" in row for row in rows)
+    assert any(row.get("rollout/sampled_nll", 0) > 0 for row in rows)
+    fams = {k for row in rows for k in row if k.startswith("train_success/")}
+    assert fams and all(0 <= row[k] <= 1 for row in rows for k in fams if k in row)
+    assert all("train/context_chars_mean" in row for row in rows if any(k in row for k in fams))
+
+
 def test_sft_anchor_loss_logged_each_step(trained):
     rows = [row for row in _metrics(trained["run"]) if "kl" in row]
     # a random-init model on arbitrary ids: about ln(49152) = 10.8 nats a token

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fathom.config import load_config
-from fathom.entrypoints.launch_cmd import plan, slow_cpu_note
+from fathom.entrypoints.launch_cmd import PlanError, plan, slow_cpu_note
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -156,3 +156,47 @@ def test_run_job_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> Non
     push = [x for x in lines if x.startswith("+ ") and "--push someone/fathom-lora" in x]
     assert push and f" export {tmp_path / 'bucket' / 'qwen1.5b-a100'} " in push[0]
     assert not (tmp_path / "bucket").exists()  # nothing ran
+
+
+def test_the_evaluation_scores_the_split_it_is_given() -> None:
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--eval.split", "test"])
+    steps = plan(cfg, "configs/smoke.toml", ["--eval.split", "test"])
+    assert all(s.argv[s.argv.index("--eval.split") + 1] == "test" for s in steps)  # servers, stages, restart
+    bad = load_config(ROOT / "configs/smoke.toml", ["--eval.split", "tset"])
+    with pytest.raises(PlanError, match="eval.split .*'tset' is unknown"):
+        plan(bad, "configs/smoke.toml", [])
+    # a plan without an evaluation never reads the split
+    plan(load_config(ROOT / "configs/smoke.toml", ["--eval.split", "tset", "--launch.stages", '["sft"]']),
+         "configs/smoke.toml", [])
+
+
+def test_launch_split_option_reaches_every_stage_in_the_dry_run() -> None:
+    from typer.testing import CliRunner
+
+    from fathom.entrypoints.cli import app
+
+    out = CliRunner().invoke(app, ["launch", "configs/smoke.toml", "--eval.n_tasks", "20", "--split", "test",
+                                   "--dry-run"])
+    assert out.exit_code == 0, out.output
+    lines = [x for x in out.output.splitlines() if x[:1].isdigit()]
+    assert lines and all("--eval.n_tasks 20 --eval.split test" in x for x in lines)
+    bad = CliRunner().invoke(app, ["launch", "configs/smoke.toml", "--split", "nope", "--dry-run"])
+    assert bad.exit_code == 2 and "'nope' is unknown" in bad.output
+
+
+def test_a_run_that_compares_grpo_with_its_start_can_skip_the_base_model() -> None:
+    over = ["--trainer.init_adapter", "/adapters/warm", "--launch.stages", '["grpo", "eval"]',
+            "--launch.eval_base", "false"]
+    steps = plan(load_config(ROOT / "configs/smoke.toml", over), "configs/smoke.toml", over)
+    ev = steps[-1].argv
+    assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == ["init=/adapters/warm",
+                                                                        f"grpo={load_config(ROOT / 'configs/smoke.toml').run_dir / 'final'}"]
+    nothing = ["--launch.stages", '["eval"]', "--launch.eval_base", "false"]
+    with pytest.raises(PlanError, match="no stage to score"):
+        plan(load_config(ROOT / "configs/smoke.toml", nothing), "configs/smoke.toml", nothing)
+
+
+def test_each_split_says_what_its_score_is_for() -> None:
+    from fathom.entrypoints.launch_cmd import split_use
+
+    assert "choosing" in split_use("test") and "never choose" in split_use("heldout")

@@ -63,6 +63,7 @@ def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> 
     assert met == {"sft_minus_base_pass1": True, "grpo_minus_sft_paired_ci_low": False, "demo_wall_min": False,
                    "beyond_window_fraction": True, "heldout_tasks": True}
     assert out["start_stage"] == "sft"
+    assert out["split"] == "heldout" and "reporting" in out["split_use"]
     with pytest.raises(FileNotFoundError, match="make demo"):
         _learning().evaluate(tmp_path / "nothing")
 
@@ -153,3 +154,16 @@ def test_learning_bench_reads_training_success_by_half_and_by_phrasing(tmp_path:
     (tmp_path / "config.resolved.json").write_text(json.dumps({"sft": {"question_phrasings": {}}}))
     assert "by_phrasing" not in _learning().training(tmp_path)
     assert _learning().training(tmp_path / "no-grpo") is None
+
+
+def test_learning_bench_also_splits_the_halves_by_start_time(tmp_path: Path) -> None:
+    # Two waves of the same policy, started at t=0 and t=50, each one quick right answer (10 s) and one wrong
+    # episode that ran to the turn limit (100 s). By finish time both right answers come first and the curve
+    # "falls" from 2/2 to 0/2; by start time each half is one wave, 1/2 and 1/2.
+    rows = [(10.0, 10.0, 1.0), (60.0, 10.0, 1.0), (100.0, 100.0, 0.0), (150.0, 100.0, 0.0)]
+    (tmp_path / "rollouts.jsonl").write_text("".join(
+        json.dumps({"time": t, "wall_s": w, "task_id": "needle-2k-s1", "reward/correct": c}) + "\n"
+        for t, w, c in rows))
+    out = _learning().training(tmp_path)
+    assert out["by_family"]["needle"] == {"first": {"correct": 2, "n": 2}, "second": {"correct": 0, "n": 2}}
+    assert out["by_family_started"]["needle"] == {"first": {"correct": 1, "n": 2}, "second": {"correct": 1, "n": 2}}

@@ -39,6 +39,10 @@ def test_cpu_command_has_what_the_pipeline_needs():
     assert "--enable-lora --max-lora-rank 16 --max-loras 4" in joined
     assert "--enforce-eager" in argv
     assert "--weight-transfer-config" not in argv
+    assert argv[argv.index("--seed") + 1] == "0"  # vLLM's own default, unless a run picks its rollout seed
+    seeded = _cfg("--policy_server.device", "cpu", "--policy_server.seed", "7")
+    argv7, _ = build_command(seeded.policy_server, seeded.model, "/m")
+    assert argv7[argv7.index("--seed") + 1] == "7"
     assert argv[argv.index("--host") + 1] == "127.0.0.1"  # loopback unless configured otherwise
     # Adapter sync needs runtime LoRA updating, not dev mode (which would expose /collective_rpc).
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1" and "VLLM_SERVER_DEV_MODE" not in env

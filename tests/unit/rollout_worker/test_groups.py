@@ -11,12 +11,15 @@ from types import SimpleNamespace
 import pytest
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from fathom.rollout_worker.groups import MIXED, FathomRolloutLoop, FathomRolloutWorker, is_flat, length_balance
+from fathom.rollout_worker.groups import (MIXED, FathomRolloutLoop, FathomRolloutWorker, group_metrics, is_flat,
+                                          length_balance)
 
 
-def _row(advantage: float, completion: object, trained: int, untrained: int = 5, version: int = 0) -> SimpleNamespace:
+def _row(advantage: float, completion: object, trained: int, untrained: int = 5, version: int = 0,
+         reward: float | None = None, logprob: float = -0.5) -> SimpleNamespace:
     return SimpleNamespace(advantage=advantage, completion=completion, completion_mask=[0] * untrained + [1] * trained,
-                           model_version=version, metrics={"reward": advantage})
+                           old_log_probs=[0.0] * untrained + [logprob] * trained, model_version=version,
+                           metrics={"reward": advantage if reward is None else reward})
 
 
 def _score(monkeypatch, samples: list, **switches) -> tuple[list, list]:
@@ -42,21 +45,35 @@ def _group(advantages: list[float], trained: list[int]) -> list:
 def test_flat_group_is_dropped_and_counted(monkeypatch):
     kept, pushed = _score(monkeypatch, _group([0.0] * 4, [10] * 4), drop_flat_groups=True)
     assert kept == []
-    assert pushed == [{"rollout/flat_group_frac": (1.0, 1.0)}]
+    assert len(pushed) == 1 and pushed[0]["rollout/flat_group_frac"] == (1.0, 1.0)
+    # a dropped group still shows in the spread and the sampled NLL
+    assert pushed[0]["rollout/group_reward_std"] == 0.0 and pushed[0]["rollout/sampled_nll"] == (20.0, 40.0)
 
 
 def test_flat_group_is_kept_when_the_switch_is_off(monkeypatch):
     samples = _group([0.0] * 4, [10] * 4)
     kept, pushed = _score(monkeypatch, samples)
     assert kept == samples
-    assert pushed == [{"rollout/flat_group_frac": (1.0, 1.0)}]
+    assert len(pushed) == 1 and pushed[0]["rollout/flat_group_frac"] == (1.0, 1.0)
 
 
 def test_group_with_signal_is_kept_whole(monkeypatch):
     # one right of four: TRL's normalised advantages; the zero-advantage case inside a group stays
     kept, pushed = _score(monkeypatch, _group([1.732, -0.577, -0.577, -0.577], [10] * 4), drop_flat_groups=True)
     assert [s.advantage for s in kept] == [1.732, -0.577, -0.577, -0.577]
-    assert pushed == [{"rollout/flat_group_frac": (0.0, 1.0)}]
+    assert len(pushed) == 1 and pushed[0]["rollout/flat_group_frac"] == (0.0, 1.0)
+
+
+def test_group_metrics_spread_over_conversations_and_nll_over_trained_tokens():
+    right, wrong, crashed = object(), object(), object()
+    # the wrong conversation forked into two rows; the crashed one is unscorable (NaN) and leaves the spread
+    rows = [_row(1.0, right, 2, reward=0.7, logprob=-0.1), _row(-1.0, wrong, 3, reward=0.0, logprob=-1.0),
+            _row(-1.0, wrong, 1, reward=0.0, logprob=-2.0), _row(0.0, crashed, 0, reward=float("nan"))]
+    out = group_metrics(rows)
+    assert out["rollout/group_reward_std"] == pytest.approx(0.35)  # rewards 0.7 and 0.0, population std
+    nll, tokens = out["rollout/sampled_nll"]
+    assert tokens == 6 and nll == pytest.approx(0.2 + 3.0 + 2.0)  # untrained (mask 0) tokens never count
+    assert group_metrics([_row(0.0, object(), 0, reward=float("nan"))]) == {}
 
 
 def test_is_flat():

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from fathom.rollout_worker.rewards import EnvReward, RolloutLog, read_new, summarize
+from fathom.rollout_worker.rewards import EnvReward, RolloutLog, by_family, read_new, summarize
 from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError,
                                            last_trace_versions, last_verified, policy_versions, task_id_of)
 
@@ -176,6 +176,19 @@ def test_reward_function_returns_env_reward_and_logs_components(tmp_path):
     summary = summarize(records + [{"unscorable": True, "reward": None}])
     assert summary["rollouts/unscorable_total"] == 1 and summary["reward/recursion"] == 0.5
     assert summary["episode/subcalls_mean"] == 1
+
+
+def test_training_success_by_family_over_scorable_rollouts():
+    records = [{"task_id": "needle-2k-s1", "reward/correct": 1.0}, {"task_id": "needle-16k-s2", "reward/correct": 0.0},
+               {"task_id": "needle-2k-s3", "reward/correct": 1.0}, {"task_id": "kv_chain-128k-s4", "reward/correct": 0.0},
+               {"task_id": "not-a-task-id", "reward/correct": 1.0},  # another id shape: no family, not counted
+               {"task_id": "code_qa-2k-s5", "unscorable": True, "reward": None}]
+    out = summarize(records)
+    assert out["train_success/needle"] == pytest.approx(2 / 3) and out["train_rollouts/needle"] == 3
+    assert out["train_success/kv_chain"] == 0.0 and out["train_rollouts/kv_chain"] == 1
+    assert "train_success/code_qa" not in out  # its only rollout was unscorable: no success rate, not 0
+    assert out["train/context_chars_mean"] == pytest.approx((2048 + 16384 + 2048 + 131072) / 4)
+    assert by_family([]) == {}
 
 
 def test_task_id_from_prompt_row():

@@ -78,3 +78,21 @@ def test_progress_prints_a_line_a_step_without_a_terminal(capsys, monkeypatch):
     bar.on_train_end(None, SimpleNamespace(global_step=3), None)
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("train step")]
     assert lines == ["train step 1/3 reward 0.250", "train step 2/3", "train step 3/3 reward 0.500"]
+
+
+def test_plot_draws_the_learning_dynamics_one_line_per_family(tmp_path):
+    rows = [{"step": s, "train_success/needle": 0.5 + 0.1 * s, "train_rollouts/needle": 4.0,
+             "train_success/kv_chain": 0.25 * s, "rollout/group_reward_std": 0.3, "rollout/flat_group_frac": 0.5,
+             "rollout/sampled_nll": 0.4, "ratio": 1.0, "is_ratio/min": 0.8, "is_ratio/max": 1.3,
+             "drift/lora_delta_norm": 0.01 * s, "sample/staleness_mean": 0.5, "train/context_chars_mean": 9000.0}
+            for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from fathom.trainer.plot import chart_keys
+
+    # the prefix expands to the families some row holds, and only those under it
+    assert chart_keys(["train_success/*", "kl"], rows) == ["train_success/kv_chain", "train_success/needle", "kl"]
+    names = {p.name for p in plot_run(tmp_path)}
+    assert {"train_success.png", "group_signal.png", "sampled_nll.png", "is_ratio.png", "drift_from_start.png",
+            "staleness.png", "task_length.png"} <= names
+    assert "kl.png" not in names  # no row holds it: no empty chart
+    assert (tmp_path / "plots" / "train_success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
