@@ -126,6 +126,24 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
     return steps
 
 
+def sync_line(cfg) -> str:
+    """How the trainer's weights reach vLLM under this config: the dry run's first line."""
+    from fathom.config import merged_backend
+
+    ps, t = cfg.policy_server, cfg.trainer
+    where = (f"trainer on cuda:{t.cuda_device}, vLLM on cuda:{ps.cuda_device}" if ps.device != "cpu"
+             else "trainer and vLLM on CPU")
+    backend = merged_backend(cfg)
+    if backend is None:
+        how = f"adapter (a LoRA adapter per version through /v1/load_lora_adapter, {ps.max_loras} slots)"
+    elif backend == "nccl":
+        how = "merged over NCCL (TRL's weight transfer, vLLM --weight-transfer-config nccl)"
+    else:
+        how = (f"merged by disk reload (safetensors under {ps.merged_dir or cfg.run_dir / 'merged'}, "
+               "vLLM reload_weights through /collective_rpc)")
+    return f"weight sync: {how}; {where}"
+
+
 @contextlib.contextmanager
 def trainer_fence(cfg, stage: str, console=None):
     """While GRPO runs with `trainer.cpu_cores` set and `launch.fence_trainer_cores` on, the launcher and every
@@ -155,6 +173,7 @@ def launch(
     except PlanError as e:
         die(str(e))
     if dry_run:
+        print(sync_line(cfg))
         for i, s in enumerate(steps, 1):
             extra = f"  (healthy at {s.health_url})" if s.health_url else ""
             print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")
@@ -230,4 +249,4 @@ def launch(
                       f"training plots: {plots[0].parent if plots else 'none'}")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "PlanError", "Step", "launch", "plan", "server_steps", "server_urls"]
+__all__ = ["OVERRIDE_SETTINGS", "PlanError", "Step", "launch", "plan", "server_steps", "server_urls", "sync_line"]
