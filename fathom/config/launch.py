@@ -16,6 +16,12 @@ class LaunchConfig(FathomModel):
     stages: list[Stage] = ["sft", "grpo", "eval"]
     """Stages `fathom launch` runs, in order. SFT is skipped anyway when `trainer.init_adapter` names a warm start."""
 
+    bucket_dir: str = ""
+    """A mounted bucket the run is copied to, as `<bucket_dir>/<run_name>/`: each checkpoint and metrics.jsonl when
+    it is saved, the whole run (less the merged weights) when the job ends, also after a failure. The run itself
+    stays in `output_dir` on local disk, where renames, appends and mtimes behave; the bucket gets complete files
+    (fathom/trainer/bucket.py). Empty: no copy."""
+
     eval_watch: bool = False
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""
 

@@ -174,6 +174,9 @@ def launch(
         die(str(e))
     if dry_run:
         print(sync_line(cfg))
+        if cfg.launch.bucket_dir:
+            print(f"run dir: {cfg.run_dir} (local disk), copied as complete files to "
+                  f"{Path(cfg.launch.bucket_dir) / cfg.run_name}")
         for i, s in enumerate(steps, 1):
             extra = f"  (healthy at {s.health_url})" if s.health_url else ""
             print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")
@@ -186,6 +189,7 @@ def launch(
     from fathom.entrypoints.recovery import hooks_for
     from fathom.entrypoints.supervisor import LaunchError, Restarts, Supervisor
     from fathom.policy_server.models import ModelError, prepare_embedded
+    from fathom.trainer.bucket import bucket_run_dir, copy_run
 
     console = Console(stderr=True)
     if cfg.model.name == EMBEDDED:
@@ -203,6 +207,7 @@ def launch(
     restarts = Restarts(limit=lc.max_restarts, window_s=lc.restart_window_s, backoff_s=lc.restart_backoff_s,
                         backoff_max_s=lc.restart_backoff_max_s, start_timeout_s=lc.server_start_timeout_s)
     hooks = hooks_for(cfg, server_urls(cfg))
+    bucket = bucket_run_dir(lc.bucket_dir, cfg.run_name)
     step_s: dict[str, float] = {}  # seconds each server took to become healthy and each stage took to finish
     try:
         with Supervisor(log_dir, restarts=restarts, on_event=lambda line: console.print(f"[yellow]{line}[/]")) as sup:
@@ -228,8 +233,10 @@ def launch(
                         sup.run_stage(s.name, s.argv, **stall)
                 step_s[f"{s.name} restart" if s.kind == "restart" else s.name] = round(time.monotonic() - t_step, 1)
     except LaunchError as e:
+        copy_run(cfg.run_dir, bucket)  # what the run got to (checkpoints, logs) outlives the machine
         die(f"the main job stopped: {e}", code=1)
     except KeyboardInterrupt:
+        copy_run(cfg.run_dir, bucket)
         die("interrupted; every server and stage was stopped", code=130)
     plots: list = []
     if (cfg.run_dir / "metrics.jsonl").is_file():
@@ -242,7 +249,11 @@ def launch(
     wall = time.monotonic() - t0
     (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps],
                                                              "step_s": step_s}) + "\n")
-    console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}")
+    if bucket is not None:
+        with console.status(f"copying the run to {bucket}"):
+            copy_run(cfg.run_dir, bucket)
+    console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}"
+                  + (f" (copied to {bucket})" if bucket is not None else ""))
     summary = cfg.run_dir / "eval" / "summary.json"
     if summary.is_file():
         console.print(f"pass@1 by stage and paired deltas: {summary}; reports: {cfg.run_dir / 'eval'}/<stage>/report.html; "

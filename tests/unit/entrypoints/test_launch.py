@@ -152,10 +152,11 @@ def test_run_job_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> Non
     lines = out.stdout.splitlines()
     assert "+ make setup-gpu" in lines
     launch = [x for x in lines if x.startswith("+ ") and " launch configs/qwen1.5b-a100.toml" in x]
-    assert launch and "--trainer.max_steps 20" in launch[0] and f"--output_dir {tmp_path / 'bucket'}" in launch[0]
+    assert launch and "--trainer.max_steps 20" in launch[0] and f"--launch.bucket_dir {tmp_path / 'bucket'}" in launch[0]
+    assert f"run dir: runs/qwen1.5b-a100 (local disk), copied as complete files to {tmp_path / 'bucket'}" in out.stdout
     assert any("stage grpo" in x for x in lines) and any("server policy" in x for x in lines)
     push = [x for x in lines if x.startswith("+ ") and "--push someone/fathom-lora" in x]
-    assert push and f" export {tmp_path / 'bucket' / 'qwen1.5b-a100'} " in push[0]
+    assert push and " export runs/qwen1.5b-a100 " in push[0]  # from the local run; the bucket holds a copy
     assert not (tmp_path / "bucket").exists()  # nothing ran
 
 
