@@ -37,8 +37,11 @@ run() {
   fi
 }
 
-echo "== 1. install (the trainer's GPU install path)"
+echo "== 1. install (the trainer's GPU install path; its first step checks the driver)"
 run make setup-gpu
+
+echo "== 1b. fathom doctor --gpu: driver, CUDA build, both venvs, vLLM, the weight sync's needs, sandbox, disk"
+run "$PY" -m fathom.entrypoints.cli doctor --gpu -c "$CONFIG" "${overrides[@]}"
 
 echo "== 2-5. fathom launch: vLLM, then the proxy and env server, then GRPO with its stall watchdog, then eval"
 if [[ "$DRY_RUN" == 1 && -x "$PY" ]]; then

@@ -151,6 +151,9 @@ def test_run_job_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "+ make setup-gpu" in lines
+    doctor = [x for x in lines if " doctor --gpu -c configs/qwen1.5b-a100.toml" in x]
+    assert doctor and lines.index(doctor[0]) > lines.index("+ make setup-gpu")  # checked before the hour-long job
+    assert lines.index(doctor[0]) < lines.index(next(x for x in lines if x.startswith("+ ") and " launch " in x))
     launch = [x for x in lines if x.startswith("+ ") and " launch configs/qwen1.5b-a100.toml" in x]
     assert launch and "--trainer.max_steps 20" in launch[0] and f"--launch.bucket_dir {tmp_path / 'bucket'}" in launch[0]
     assert f"run dir: runs/qwen1.5b-a100 (local disk), copied as complete files to {tmp_path / 'bucket'}" in out.stdout
