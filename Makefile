@@ -19,7 +19,7 @@ TORCH_INDEX   := https://download.pytorch.org/whl/$(CUDA_TAG)
 TORCH_SPEC    ?= torch==$(TORCH_VERSION)
 TORCH_PIP     ?=
 
-.PHONY: setup setup-gpu gpu-driver gpu-torch-check demo test test-unit test-all bench clean trainer-gpu-env
+.PHONY: setup setup-gpu gpu-driver gpu-torch-check device-check-wheels demo test test-unit test-all bench clean trainer-gpu-env
 
 setup: $(STAMPS)/venv $(STAMPS)/vllm $(STAMPS)/system
 
@@ -116,6 +116,10 @@ trainer-gpu-env: $(STAMPS)/venv
 	$(VENV)/bin/pip install -q pyzmq cbor2 aiohttp openai-harmony pybase64
 	$(VENV)/bin/python -m fathom.trainer.gpu_env
 
+# TRL's pure-Python wheel for bench/gpu_device_check.sh, which runs on a GPU machine without TRL or network.
+device-check-wheels:
+	$(PY) -m pip download -q --no-deps --dest bench/wheels trl==1.15.0
+
 demo: setup
 	$(FATHOM) launch configs/smoke.toml
 
@@ -131,9 +135,10 @@ test-unit: $(STAMPS)/venv
 test-all: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# learning.py and gpu_smoke_report.py read a finished run (make demo, bench/gpu_smoke.sh) instead of measuring one.
+# learning.py and gpu_smoke_report.py read a finished run (make demo, bench/gpu_smoke.sh) instead of measuring one;
+# gpu_device_check.py needs a GPU (bench/gpu_device_check.sh).
 bench: setup
-	for b in bench/*.py; do case $$b in bench/learning.py|bench/gpu_smoke_report.py|bench/faults.py) ;; *) $(VENV)/bin/python $$b ;; esac; done
+	for b in bench/*.py; do case $$b in bench/learning.py|bench/gpu_smoke_report.py|bench/faults.py|bench/gpu_device_check.py) ;; *) $(VENV)/bin/python $$b ;; esac; done
 
 clean:
 	rm -rf $(STAMPS) runs .pytest_cache
