@@ -206,7 +206,9 @@ def trainer_check(device: str, steps: int, work: Path, attn: str) -> dict:
                 sent.append({n: tensor_hash(t) for n, t in tensors})
                 super().send_weights(iter(tensors))
 
-        transfer = Recorded(directory=work / "merged", vllm_url=url, proxy_url=url)
+        import httpx
+
+        transfer = Recorded(directory=work / "merged", vllm_url=url, proxy_url=url, http=httpx.Client(timeout=120))
         args = AsyncGRPOConfig(output_dir=str(work / "run"), max_steps=steps, learning_rate=1e-3, num_generations=2,
                                per_device_train_batch_size=2, gradient_accumulation_steps=1, max_staleness=steps + 1,
                                token_budget=256, bf16=cuda, dtype="bfloat16" if cuda else "float32", use_cpu=not cuda,
@@ -228,8 +230,6 @@ def trainer_check(device: str, steps: int, work: Path, attn: str) -> dict:
         trainer.train()
         wall = time.monotonic() - t0
         worker.stop()
-        import httpx
-
         loads = httpx.get(f"{url}/loads", timeout=30).json()["loads"]
     finally:
         receiver.terminate()

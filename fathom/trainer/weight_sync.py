@@ -33,8 +33,6 @@ from typing import Any
 
 import httpx
 
-from fathom.config.security import shared_token
-from fathom.protocol import token_headers
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +52,13 @@ class MergedSync:
         self.state_path = Path(state_path) if state_path else None
         self.retry_s, self.retry_poll_s = retry_s, retry_poll_s
         self.state: dict[str, Any] = {"version": 0, "weights_path": None}
-        self.http = http or httpx.Client(timeout=timeout_s, headers=token_headers(shared_token()))  # the proxy may require it
+        if http is None:
+            # Imported here, not at the top: bench/gpu_device_check.py runs this class on a machine without pydantic.
+            from fathom.config.security import shared_token
+            from fathom.protocol import token_headers
+
+            http = httpx.Client(timeout=timeout_s, headers=token_headers(shared_token()))  # the proxy may require it
+        self.http = http
         self.trainer: Any = None
         self.sync_seconds: list[float] = []
         self._t0 = 0.0
