@@ -21,10 +21,27 @@ class AttentionError(RuntimeError):
 
 
 def load_flash_kernel() -> None:
-    """Fetch and register the Hub kernel in transformers; raises what the loader raises."""
+    """Fetch and register the Hub kernel in transformers, then run it once; raises what either raises."""
     from transformers.integrations.hub_kernels import load_and_register_attn_kernel
 
-    load_and_register_attn_kernel(FLASH_ATTN3)
+    probe(load_and_register_attn_kernel(FLASH_ATTN3))
+
+
+def probe(kernel, device: str = "cuda") -> None:
+    """One tiny causal bf16 call of the kernel's `flash_attn_func`. FlashAttention-3 was written for Hopper; a
+    kernel that loads on another GPU (an A100 is sm80) may still have no code for it, and that would surface at the
+    first training step, an hour into the job, instead of here."""
+    import torch
+
+    fn = getattr(kernel, "flash_attn_func", None)
+    if fn is None:
+        return  # a build without the plain entry point: transformers calls its varlen one, nothing to try here
+    q = torch.randn(1, 16, 2, 64, device=device, dtype=torch.bfloat16)  # [batch, tokens, heads, head_dim]
+    out = fn(q, q, q, causal=True)
+    out = out[0] if isinstance(out, tuple) else out
+    if tuple(out.shape) != tuple(q.shape) or not torch.isfinite(out.float()).all():
+        raise RuntimeError(f"{FLASH_ATTN3}.flash_attn_func gave shape {tuple(out.shape)} or non-finite values on a "
+                           "test input")
 
 
 def choose(setting: str, *, cuda: bool, load: Callable[[], None] = load_flash_kernel) -> str:

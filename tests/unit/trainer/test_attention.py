@@ -56,3 +56,23 @@ def test_install_swaps_trls_hard_coded_kernel_for_the_choice(monkeypatch):
     attention.install("again")  # a second install replaces the choice instead of stacking wrappers
     agt.create_model_from_path("m", attn_implementation="kernels-community/flash-attn3")
     assert seen["attn_implementation"] == "again"
+
+
+def test_the_probe_catches_a_kernel_that_loads_but_cannot_run_here():
+    from types import SimpleNamespace
+
+    import torch
+
+    def no_code_for_this_gpu(q, k, v, causal):
+        raise RuntimeError("FlashAttention only supports Hopper GPUs or newer")
+
+    with pytest.raises(RuntimeError, match="Hopper"):
+        attention.probe(SimpleNamespace(flash_attn_func=no_code_for_this_gpu), device="cpu")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        attention.probe(SimpleNamespace(flash_attn_func=lambda q, k, v, causal: torch.full_like(q, float("nan"))),
+                        device="cpu")
+    seen = []
+    attention.probe(SimpleNamespace(flash_attn_func=lambda q, k, v, causal: (seen.append(causal) or q, None)),
+                    device="cpu")
+    assert seen == [True]
+    attention.probe(SimpleNamespace(), device="cpu")  # no plain entry point: nothing to run
