@@ -116,9 +116,13 @@ trainer-gpu-env: $(STAMPS)/venv
 	$(VENV)/bin/pip install -q pyzmq cbor2 aiohttp openai-harmony pybase64
 	$(VENV)/bin/python -m fathom.trainer.gpu_env
 
-# TRL's pure-Python wheel for bench/gpu_device_check.sh, which runs on a GPU machine without TRL or network.
+# Pure-Python wheels for bench/gpu_device_check.sh, which runs on a GPU machine without TRL or network: TRL, and
+# httpx with its own dependencies for the weight sync's HTTP client, used there only when the machine lacks httpx
+# (about 1.5 MB in all).
 device-check-wheels:
 	$(PY) -m pip download -q --no-deps --dest bench/wheels trl==1.15.0
+	$(PY) -m pip download -q --no-deps --dest bench/wheels/httpx httpx==0.29.0 httpcore==1.0.9 h11==0.16.0 \
+	  anyio==4.16.0 sniffio==1.3.1 idna==3.21 certifi==2026.10.19.post1
 
 demo: setup
 	$(FATHOM) launch configs/smoke.toml

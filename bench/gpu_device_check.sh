@@ -36,7 +36,14 @@ for mod in datasets aiohttp; do
     cp -r "bench/device_shims/$mod" "$site/device_shims/"
   fi
 done
-export PYTHONPATH="$PWD:$site:$site/device_shims${PYTHONPATH:+:$PYTHONPATH}"
+# The weight sync's HTTP client: from the machine when it has httpx (transformers 5 brings it), else the wheels.
+extra=""
+if [[ "$DRY_RUN" != 1 ]] && ! "$PY" -c "import httpx" 2>/dev/null; then
+  for w in bench/wheels/httpx/*.whl; do "$PY" -m zipfile -e "$w" "$site/httpx"; done
+  extra=":$site/httpx"
+  echo "httpx from bench/wheels/httpx" >&2
+fi
+export PYTHONPATH="$PWD:$site:$site/device_shims$extra${PYTHONPATH:+:$PYTHONPATH}"
 # No network: the Hub kernel lookup must fail at once (the fallback under test), not retry for a minute.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TRL_EXPERIMENTAL_SILENCE=1
 [[ ${#shims[@]} -gt 0 ]] && echo "import stand-ins for what this machine lacks: ${shims[*]}" >&2
