@@ -10,7 +10,7 @@
 #   EVAL_TASKS      fixed subset size         (default: eval.watch_tasks of the config, 100)
 #   STOP_AT_STEP    exit once this step is scored          (default: run forever)
 #   IDLE_EXIT_S     exit after this long with no new checkpoint  (default: never)
-#   FATHOM_PYTHON   interpreter with fathom installed      (default: python3)
+#   FATHOM_PYTHON   interpreter with fathom installed      (default: .venv/bin/python, which `make setup-gpu` builds)
 #   FATHOM_OVERRIDES  extra `--section.key value` overrides, space separated
 #   DRY_RUN=1       print what would run and the watcher's plan; start nothing
 set -euo pipefail
@@ -22,7 +22,7 @@ EVAL_OUT="${EVAL_OUT:-}"
 EVAL_TASKS="${EVAL_TASKS:-}"
 STOP_AT_STEP="${STOP_AT_STEP:-}"
 IDLE_EXIT_S="${IDLE_EXIT_S:-}"
-FATHOM_PYTHON="${FATHOM_PYTHON:-python3}"
+FATHOM_PYTHON="${FATHOM_PYTHON:-.venv/bin/python}"
 FATHOM_OVERRIDES="${FATHOM_OVERRIDES:-}"
 DRY_RUN="${DRY_RUN:-0}"
 
@@ -34,10 +34,9 @@ run() {
   fi
 }
 
-# Install: the job image has CUDA vLLM; fathom itself comes from this checkout.
-if ! "$FATHOM_PYTHON" -c "import fathom" 2>/dev/null; then
-  run "$FATHOM_PYTHON" -m pip install -q -e .
-fi
+# Install as run_job.sh does: the driver check, then both venvs on one pinned CUDA build. Never into the image's own
+# Python, whose torch, transformers and mcp are the image's choice (Makefile, setup-gpu).
+run make setup-gpu
 
 if [[ -z "$CHECKPOINTS" ]]; then
   CHECKPOINTS="$("$FATHOM_PYTHON" -c "import sys; from fathom.config import load_config; print(load_config(sys.argv[1]).run_dir)" "$FATHOM_CONFIG")"

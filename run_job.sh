@@ -6,7 +6,8 @@
 #   CONFIG          config file                          (configs/qwen1.5b-a100.toml)
 #   MAX_STEPS       GRPO optimizer steps                 (the config's trainer.max_steps)
 #   ADAPTER_REPO    Hub model repo for the final adapter (empty: no push)
-#   CHECKPOINT_DIR  mounted bucket volume for the run    (the config's output_dir)
+#   CHECKPOINT_DIR  mounted bucket the run is copied to  (the config's launch.bucket_dir); the run itself stays
+#                   on local disk (output_dir) and the bucket gets complete files, checkpoints as they are saved
 #   RUN_NAME        run name                             (the config's run_name)
 #   DRY_RUN=1       print the plan, run nothing
 # HF_TOKEN comes in as a job secret and is never printed.
@@ -23,7 +24,7 @@ PY=${PY:-.venv/bin/python}
 
 overrides=()
 [[ -n "$MAX_STEPS" ]] && overrides+=(--trainer.max_steps "$MAX_STEPS")
-[[ -n "$CHECKPOINT_DIR" ]] && overrides+=(--output_dir "$CHECKPOINT_DIR")
+[[ -n "$CHECKPOINT_DIR" ]] && overrides+=(--launch.bucket_dir "$CHECKPOINT_DIR")
 [[ -n "$RUN_NAME" ]] && overrides+=(--run_name "$RUN_NAME")
 
 run() {
@@ -36,8 +37,11 @@ run() {
   fi
 }
 
-echo "== 1. install (the trainer's GPU install path)"
+echo "== 1. install (the trainer's GPU install path; its first step checks the driver)"
 run make setup-gpu
+
+echo "== 1b. fathom doctor --gpu: driver, CUDA build, both venvs, vLLM, the weight sync's needs, sandbox, disk"
+run "$PY" -m fathom.entrypoints.cli doctor --gpu -c "$CONFIG" "${overrides[@]}"
 
 echo "== 2-5. fathom launch: vLLM, then the proxy and env server, then GRPO with its stall watchdog, then eval"
 if [[ "$DRY_RUN" == 1 && -x "$PY" ]]; then

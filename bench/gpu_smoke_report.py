@@ -17,6 +17,17 @@ import sys
 from pathlib import Path
 
 
+SYNC_S_TARGET = 10.0
+
+MISMATCH_TARGET = 2e-2
+"""Mean |ratio - 1| between the trainer's and vLLM's logprobs of the same sampled tokens. Both run bf16, with
+different kernels (vLLM's fused attention and sampler against the trainer's attention under autocast): bf16 keeps
+8 bits of mantissa, so each logprob differs by up to ~1e-2 with identical weights, and on this project's CPU runs
+bf16 autocast alone moved the ratio by 2.3e-2 (TrainerConfig.autocast_bf16) while the trainer logged 0.008
+against bf16 vLLM (DESIGN.md). 1e-3 only fp32 on both sides meets (9.4e-6). Above 2e-2 the two disagree beyond
+bf16 rounding: weights vLLM never received, a dtype mismatch, or a broken sync."""
+
+
 def main() -> None:
     run = Path(sys.argv[1] if len(sys.argv) > 1 else "runs/gpu-smoke")
     if not (run / "metrics.jsonl").is_file():
@@ -46,10 +57,12 @@ def main() -> None:
         "served_logprobs_changed": changed,
         "targets": [
             {"name": "steps_completed", "value": len(steps), "target": ">= 3", "met": len(steps) >= 3},
-            {"name": "merged_sync_s_median", "value": statistics.median(sync) if sync else None, "target": "<= 2",
-             "met": bool(sync) and statistics.median(sync) <= 2},
-            {"name": "mismatch_max", "value": max(mismatch) if mismatch else None, "target": "< 1e-3",
-             "met": bool(mismatch) and max(mismatch) < 1e-3},
+            # Disk sync on one GPU writes and reloads the whole merged model (Qwen2.5-1.5B in bf16: ~3.1 GB) on
+            # local disk: seconds, next to GRPO steps of minutes (docs/trainer.md).
+            {"name": "merged_sync_s_median", "value": statistics.median(sync) if sync else None, "target": "<= 10",
+             "met": bool(sync) and statistics.median(sync) <= SYNC_S_TARGET},
+            {"name": "mismatch_max", "value": max(mismatch) if mismatch else None, "target": f"< {MISMATCH_TARGET}",
+             "met": bool(mismatch) and max(mismatch) < MISMATCH_TARGET},
             {"name": "served_logprobs_changed", "value": changed, "target": "true", "met": changed},
         ],
     }

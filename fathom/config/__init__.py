@@ -25,7 +25,7 @@ from fathom.config.sft import SftConfig
 from fathom.config.tasks import TasksConfig
 from fathom.config.trainer import TrainerConfig
 
-__all__ = ["ConfigError", "FathomConfig", "fathom_home", "load_config", "write_resolved"]
+__all__ = ["ConfigError", "FathomConfig", "fathom_home", "load_config", "merged_backend", "write_resolved"]
 
 
 class FathomConfig(FathomModel):
@@ -115,11 +115,28 @@ class FathomConfig(FathomModel):
                     f"trainer.cpu_cores ({self.trainer.cpu_cores!r}) and policy_server.cpu_cores ({ps.cpu_cores!r}) "
                     f"share cores {both}; a parallel region would wait on the other process: make them disjoint"
                 )
-        if ps.dtype not in ("model", "auto", self.model.dtype) and ps.weight_sync == "merged" and ps.device != "cpu":
+        if ps.weight_sync == "merged" and ps.merged_sync == "auto":
+            # Resolved here so that vLLM's flags, the trainer and the dry run all read one answer.
+            two_gpus = ps.device != "cpu" and ps.cuda_device != self.trainer.cuda_device
+            ps.merged_sync = "nccl" if two_gpus else "disk"
+        if ps.weight_sync == "merged" and ps.merged_sync == "nccl":
+            if ps.device == "cpu":
+                raise ValueError(
+                    "policy_server.merged_sync is 'nccl' but policy_server.device is 'cpu'; NCCL needs CUDA: "
+                    "set policy_server.merged_sync = 'disk' (or 'auto')"
+                )
+            if ps.cuda_device == self.trainer.cuda_device:
+                raise ValueError(
+                    f"policy_server.merged_sync is 'nccl' but policy_server.cuda_device ({ps.cuda_device}) and "
+                    f"trainer.cuda_device ({self.trainer.cuda_device}) are the same GPU; NCCL refuses two ranks on one "
+                    "device (\"Duplicate GPU detected\"): set policy_server.merged_sync = 'disk' (or 'auto'), or give "
+                    "the trainer another GPU with trainer.cuda_device"
+                )
+        if ps.dtype not in ("model", "auto", self.model.dtype) and merged_backend(self) == "nccl":
             raise ValueError(
-                f"policy_server.dtype ({ps.dtype}) differs from model.dtype ({self.model.dtype}) with merged weight "
-                f"sync on device {ps.device!r}; NCCL sends the trainer's dtype, which only the CPU disk reload "
-                "converts: set policy_server.device = 'cpu', use weight_sync = 'adapter', or dtype = 'model'"
+                f"policy_server.dtype ({ps.dtype}) differs from model.dtype ({self.model.dtype}) with NCCL weight "
+                "sync; NCCL sends the trainer's dtype, which only the disk reload converts: set "
+                "policy_server.merged_sync = 'disk', use weight_sync = 'adapter', or dtype = 'model'"
             )
         if ps.weight_sync == "adapter" and not ps.enable_lora:
             raise ValueError(
@@ -127,6 +144,13 @@ class FathomConfig(FathomModel):
                 "enable LoRA or use weight_sync = 'merged'"
             )
         return self
+
+
+def merged_backend(cfg: FathomConfig) -> str | None:
+    """How merged weights reach vLLM under this config: `disk` or `nccl` (`auto` is resolved when the config is
+    validated: NCCL only for a CUDA config whose trainer and vLLM have different GPUs), or None under adapter sync."""
+    ps = cfg.policy_server
+    return ps.merged_sync if ps.weight_sync == "merged" else None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FathomConfig:

@@ -85,3 +85,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def _deepcopy(d: dict[str, Any]) -> dict[str, Any]:
     return {k: _deepcopy(v) if isinstance(v, dict) else v for k, v in d.items()}
+
+
+def cuda_visible(index: int, environ: dict[str, str] | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for a process given device `index` of those this process may see: the index-th entry
+    of an inherited CUDA_VISIBLE_DEVICES (a shared machine's allotment), else the index itself."""
+    import os
+
+    inherited = [d for d in (environ if environ is not None else os.environ).get("CUDA_VISIBLE_DEVICES", "")
+                 .split(",") if d.strip()]
+    if not inherited:
+        return str(index)
+    if index >= len(inherited):
+        raise ConfigError(f"cuda_device {index} is past the {len(inherited)} GPU(s) in CUDA_VISIBLE_DEVICES "
+                          f"({','.join(inherited)}): set policy_server.cuda_device / trainer.cuda_device below "
+                          f"{len(inherited)}")
+    return inherited[index].strip()

@@ -19,6 +19,11 @@ class LaunchConfig(FathomModel):
     eval_base: bool = True
     """Score the base model in the final evaluation. Off for runs that only compare GRPO with its starting adapter
     (`bench/learning_seeds.py`): the untrained model is the slowest stage, and its score does not change."""
+    bucket_dir: str = ""
+    """A mounted bucket the run is copied to, as `<bucket_dir>/<run_name>/`: each checkpoint and metrics.jsonl when
+    it is saved, the whole run (less the merged weights) when the job ends, also after a failure. The run itself
+    stays in `output_dir` on local disk, where renames, appends and mtimes behave; the bucket gets complete files
+    (fathom/trainer/bucket.py). Empty: no copy."""
 
     eval_watch: bool = False
     """Also run `fathom eval watch` on the run's checkpoints while GRPO trains."""

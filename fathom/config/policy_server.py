@@ -54,7 +54,22 @@ class PolicyServerConfig(FathomModel):
     """Adapter slots resident at once; must cover every policy version still in flight."""
 
     weight_sync: Literal["adapter", "merged"] = "adapter"
-    """`adapter`: trainer pushes LoRA adapters by name. `merged`: trainer pushes merged weights (NCCL on GPU, safetensors reload on CPU)."""
+    """`adapter`: trainer pushes LoRA adapters by name. `merged`: trainer pushes merged weights (`merged_sync` says how)."""
+
+    merged_sync: Literal["auto", "disk", "nccl"] = "auto"
+    """How merged weights reach vLLM. `disk`: a safetensors directory on local disk (`merged_dir`) that vLLM reloads
+    in place; works on CPU and with the trainer and vLLM on one GPU. `nccl`: TRL's NCCL weight transfer, which needs
+    the trainer and vLLM on different GPUs (NCCL refuses two ranks on one device). `auto`: `nccl` when
+    `policy_server.cuda_device` and `trainer.cuda_device` differ on a CUDA config, else `disk`. docs/trainer.md
+    says why one GPU uses the disk rather than vLLM's CUDA IPC engine."""
+
+    merged_dir: str = ""
+    """Where disk sync writes merged weights (empty: `<run dir>/merged`). Local disk, never a bucket mount: vLLM
+    reads the whole model from it at every sync."""
+
+    cuda_device: int = 0
+    """CUDA device vLLM runs on (its CUDA_VISIBLE_DEVICES); on a one-GPU machine both it and `trainer.cuda_device`
+    are 0."""
 
     gpu_memory_utilization: float = 0.45
     """Fraction of GPU memory vLLM may take; the trainer shares the GPU on a single-GPU job."""

@@ -150,6 +150,15 @@ class TrainerConfig(FathomModel):
     `train_families`. With code_qa's rows alone, held-out code_qa rose but the code_qa program spread to needle and
     kv_chain questions (docs/trainer.md, "The SFT anchor")."""
 
+    cuda_device: int = 0
+    """CUDA device the trainer runs on (its CUDA_VISIBLE_DEVICES), beside `policy_server.cuda_device`."""
+
+    attention: Literal["auto", "flash_attn3", "sdpa"] = "auto"
+    """Attention of the trainer's model on CUDA. `flash_attn3`: TRL's FlashAttention-3 kernel from the Hub
+    (`kernels-community/flash-attn3`), fetched at run time; the run stops if it cannot load. `sdpa`: torch SDPA run
+    on each packed sequence alone (what the CPU trainer uses), nothing fetched. `auto`: flash_attn3 where it loads,
+    else sdpa with a warning. On CPU it is always sdpa."""
+
     lora: LoraConfig = LoraConfig()
     """Adapter shape."""
 

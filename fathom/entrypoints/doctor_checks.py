@@ -46,7 +46,11 @@ def run_checks() -> None:
             rows.append((f"sandbox:{layer}", bool(info.get("available")), str(info.get("detail", ""))))
     except ImportError as e:
         rows.append(("sandbox", False, f"sandbox package unavailable: {e}"))
-    table = Table("check", "ok", "detail", title="fathom doctor")
+    print_rows(rows, "fathom doctor")
+
+
+def print_rows(rows: list[tuple[str, bool, str]], title: str) -> None:
+    table = Table("check", "ok", "detail", title=title)
     for name, ok, detail in rows:
         table.add_row(name, "[green]yes[/]" if ok else "[red]no[/]", detail)
-    Console().print(table)
+    Console(width=160).print(table)

@@ -1,10 +1,37 @@
-"""`fathom doctor`: report what this machine offers each component."""
+"""`fathom doctor`: report what this machine offers each component; `--gpu` checks a GPU job's prerequisites."""
 
 from __future__ import annotations
 
+import typer
 
-def doctor() -> None:
-    """Report venvs, the vLLM build, prepared models and sandbox isolation layers."""
-    from fathom.entrypoints.doctor_checks import run_checks
+from fathom.entrypoints.common import OVERRIDE_SETTINGS, config_from
 
-    run_checks()
+__all__ = ["OVERRIDE_SETTINGS", "doctor"]
+
+
+def doctor(
+    ctx: typer.Context,
+    gpu: bool = typer.Option(False, "--gpu", help="Check a GPU job's prerequisites for CONFIG: driver, CUDA build, "
+                             "both venvs' torch, vLLM, the weight sync's needs, sandbox layers, disk. Exits 1 on a "
+                             "failed check."),
+    config: str = typer.Option("configs/qwen1.5b-a100.toml", "--config", "-c", help="Config of the job (--gpu)."),
+) -> None:
+    """Report venvs, the vLLM build, prepared models and sandbox isolation layers (or, with --gpu, a GPU job's)."""
+    from fathom.entrypoints.doctor_checks import print_rows, run_checks
+
+    if not gpu:
+        run_checks()
+        return
+    import time
+
+    from fathom.entrypoints.gpu_checks import run_gpu_checks
+    from fathom.policy_server.launch import vllm_interpreter
+
+    cfg = config_from(ctx, config)
+    t0 = time.monotonic()
+    rows = run_gpu_checks(cfg, vllm_python=vllm_interpreter(cfg.policy_server, "cuda"))
+    print_rows(rows, f"fathom doctor --gpu ({config}, {time.monotonic() - t0:.0f} s)")
+    failed = [name for name, ok, _ in rows if not ok]
+    if failed:
+        typer.echo(f"not ready for a GPU job: {', '.join(failed)}", err=True)
+        raise typer.Exit(1)

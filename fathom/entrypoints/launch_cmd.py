@@ -152,6 +152,24 @@ def split_use(split: str) -> str:
             "train": "the tasks GRPO trains on: not an estimate of anything new"}.get(split, "an imported task set")
 
 
+def sync_line(cfg) -> str:
+    """How the trainer's weights reach vLLM under this config: the dry run's first line."""
+    from fathom.config import merged_backend
+
+    ps, t = cfg.policy_server, cfg.trainer
+    where = (f"trainer on cuda:{t.cuda_device}, vLLM on cuda:{ps.cuda_device}" if ps.device != "cpu"
+             else "trainer and vLLM on CPU")
+    backend = merged_backend(cfg)
+    if backend is None:
+        how = f"adapter (a LoRA adapter per version through /v1/load_lora_adapter, {ps.max_loras} slots)"
+    elif backend == "nccl":
+        how = "merged over NCCL (TRL's weight transfer, vLLM --weight-transfer-config nccl)"
+    else:
+        how = (f"merged by disk reload (safetensors under {ps.merged_dir or cfg.run_dir / 'merged'}, "
+               "vLLM reload_weights through /collective_rpc)")
+    return f"weight sync: {how}; {where}"
+
+
 @contextlib.contextmanager
 def trainer_fence(cfg, stage: str, console=None):
     """While GRPO runs with `trainer.cpu_cores` set and `launch.fence_trainer_cores` on, the launcher and every
@@ -185,6 +203,10 @@ def launch(
     except PlanError as e:
         die(str(e))
     if dry_run:
+        print(sync_line(cfg))
+        if cfg.launch.bucket_dir:
+            print(f"run dir: {cfg.run_dir} (local disk), copied as complete files to "
+                  f"{Path(cfg.launch.bucket_dir) / cfg.run_name}")
         for i, s in enumerate(steps, 1):
             extra = f"  (healthy at {s.health_url})" if s.health_url else ""
             print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")
@@ -197,6 +219,7 @@ def launch(
     from fathom.entrypoints.recovery import hooks_for
     from fathom.entrypoints.supervisor import LaunchError, Restarts, Supervisor
     from fathom.policy_server.models import ModelError, prepare_embedded
+    from fathom.trainer.bucket import bucket_run_dir, copy_run
 
     console = Console(stderr=True)
     if cfg.model.name == EMBEDDED:
@@ -216,6 +239,7 @@ def launch(
     restarts = Restarts(limit=lc.max_restarts, window_s=lc.restart_window_s, backoff_s=lc.restart_backoff_s,
                         backoff_max_s=lc.restart_backoff_max_s, start_timeout_s=lc.server_start_timeout_s)
     hooks = hooks_for(cfg, server_urls(cfg))
+    bucket = bucket_run_dir(lc.bucket_dir, cfg.run_name)
     step_s: dict[str, float] = {}  # seconds each server took to become healthy and each stage took to finish
     try:
         with Supervisor(log_dir, restarts=restarts, on_event=lambda line: console.print(f"[yellow]{line}[/]")) as sup:
@@ -241,8 +265,10 @@ def launch(
                         sup.run_stage(s.name, s.argv, **stall)
                 step_s[f"{s.name} restart" if s.kind == "restart" else s.name] = round(time.monotonic() - t_step, 1)
     except LaunchError as e:
+        copy_run(cfg.run_dir, bucket)  # what the run got to (checkpoints, logs) outlives the machine
         die(f"the main job stopped: {e}", code=1)
     except KeyboardInterrupt:
+        copy_run(cfg.run_dir, bucket)
         die("interrupted; every server and stage was stopped", code=130)
     plots: list = []
     if (cfg.run_dir / "metrics.jsonl").is_file():
@@ -255,7 +281,11 @@ def launch(
     wall = time.monotonic() - t0
     (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps],
                                                              "step_s": step_s}) + "\n")
-    console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}")
+    if bucket is not None:
+        with console.status(f"copying the run to {bucket}"):
+            copy_run(cfg.run_dir, bucket)
+    console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}"
+                  + (f" (copied to {bucket})" if bucket is not None else ""))
     summary = cfg.run_dir / "eval" / "summary.json"
     if summary.is_file():
         console.print(f"pass@1 by stage and paired deltas: {summary}; reports: {cfg.run_dir / 'eval'}/<stage>/report.html; "
@@ -263,4 +293,4 @@ def launch(
 
 
 __all__ = ["OVERRIDE_SETTINGS", "PlanError", "Step", "check_split", "launch", "plan", "server_steps", "server_urls",
-           "split_use"]
+           "split_use", "sync_line"]

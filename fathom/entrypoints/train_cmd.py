@@ -10,6 +10,7 @@ import os
 
 import typer
 
+from fathom.config.base import cuda_visible
 from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, pin_cpus
 
 EXIT_WATCHDOG = 3
@@ -28,6 +29,8 @@ def train(
     """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
     passive_omp()
     cfg = config_from(ctx, config)
+    if cfg.policy_server.device != "cpu":  # before torch initialises CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible(cfg.trainer.cuda_device)
     before = os.sched_getaffinity(0)
     pinned = pin_cpus(cfg.trainer.cpu_cores)
     # TRL's rollout child goes to the cores the trainer left (empty when it has them all: it stays)
@@ -38,7 +41,8 @@ def train(
     from fathom.policy_server.models import ModelError, resolve_model
     from fathom.rollout_worker.dataset import training_task_ids
     from fathom.trainer.anchor import AnchorDataError
-    from fathom.trainer.build import Endpoints, build_trainer, latest_checkpoint
+    from fathom.trainer.attention import AttentionError
+    from fathom.trainer.build import Endpoints, TrainerDeviceError, build_trainer, latest_checkpoint
     from fathom.trainer.callbacks import WATCHDOG_EXIT
     from fathom.trainer.cpu_compat import TrlVersionError
 
@@ -63,7 +67,7 @@ def train(
                             task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
                                                        cfg.trainer.train_families, cfg.trainer.task_order_seed),
                             rollout_cores=rollout_cores)
-    except (TrlVersionError, AnchorDataError) as e:
+    except (TrlVersionError, AnchorDataError, TrainerDeviceError, AttentionError) as e:
         die(str(e))
     try:
         run.trainer.train(resume_from_checkpoint=checkpoint)

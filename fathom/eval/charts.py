@@ -36,8 +36,10 @@ def pareto(points: list[dict[str, Any]], path: str | Path, title: str = "pass@1 
     return _save(fig, plt, path)
 
 
-def learning_curve(rows: list[dict[str, Any]], path: str | Path, base: dict[str, Any] | None = None) -> Path:
-    """`rows`: {step, pass@1, ci, mean_tokens} per checkpoint, in step order; `base` a horizontal line."""
+def learning_curve(rows: list[dict[str, Any]], path: str | Path, base: dict[str, Any] | None = None, *,
+                   in_place: bool = False) -> Path:
+    """`rows`: {step, pass@1, ci, mean_tokens} per checkpoint, in step order; `base` a horizontal line.
+    `in_place`: write the PNG without a rename (a bucket mount; the watcher redraws it every poll anyway)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     rows = [r for r in rows if r.get("pass@1") is not None]
@@ -54,15 +56,16 @@ def learning_curve(rows: list[dict[str, Any]], path: str | Path, base: dict[str,
     ax.set_title("held-out pass@1 by checkpoint")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    return _save(fig, plt, path)
+    return _save(fig, plt, path, in_place=in_place)
 
 
-def _save(fig: Any, plt: Any, path: str | Path) -> Path:
+def _save(fig: Any, plt: Any, path: str | Path, *, in_place: bool = False) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp.png")
+    tmp = p if in_place else p.with_name(p.name + ".tmp.png")
     fig.tight_layout()
     fig.savefig(tmp)
     plt.close(fig)
-    tmp.replace(p)  # a reader (the report, a bucket sync) never sees a half-written PNG
+    if tmp != p:
+        tmp.replace(p)  # a reader (the report, a copy to the bucket) never sees a half-written PNG
     return p

@@ -1,7 +1,10 @@
 """`fathom eval watch`: score each new checkpoint as it appears, beside a running trainer.
 
-State lives in the output directory, not in memory: `checkpoint-N.json` is written (atomically)
-only when N is fully scored, so a restarted watcher skips exactly the checkpoints already done.
+State lives in the output directory, not in memory: `checkpoint-N.json` is written only when N is
+fully scored, and N counts as done only when that file parses whole, so a restarted watcher skips exactly
+the checkpoints already done. Files are written in place, never renamed: the output directory may be a
+FUSE-mounted bucket (beside a trainer on another machine), where a rename is not known to be atomic, and a
+file cut off mid-write is JSON that does not parse, so its checkpoint is scored again.
 The base model is scored once into `base.json` and reused. Each adapter is unloaded after its
 eval, and leftovers of a crashed watcher are unloaded at start, so vLLM's LoRA slots never fill.
 """
@@ -24,6 +27,15 @@ log = logging.getLogger(__name__)
 Evaluate = Callable[[str | None, str], dict[str, Any]]
 
 
+def _whole(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None when it is absent or cut off (a watcher stopped while writing it)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 class Watcher:
     def __init__(self, source: CheckpointSource, out_dir: str | Path, *, evaluate: Evaluate,
                  load: Callable[[str, str], None], unload: Callable[[str], None], loaded: Callable[[], list[str]],
@@ -40,20 +52,23 @@ class Watcher:
     # --- state on disk ------------------------------------------------------------------
 
     def done_steps(self) -> set[int]:
-        return {int(p.stem.split("-")[1]) for p in self.out.glob("checkpoint-*.json") if p.stem.split("-")[1].isdigit()}
+        done = set()
+        for p in self.out.glob("checkpoint-*.json"):
+            step = p.stem.split("-")[1]
+            if step.isdigit() and _whole(p) is not None:
+                done.add(int(step))
+        return done
 
     def _write(self, name: str, doc: dict[str, Any]) -> Path:
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / name
-        tmp = path.with_name(name + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=1) + "\n")
-        tmp.replace(path)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
         return path
 
     def base(self) -> dict[str, Any]:
-        path = self.out / "base.json"
-        if path.is_file():
-            return json.loads(path.read_text())
+        doc = _whole(self.out / "base.json")
+        if doc is not None:
+            return doc
         log.info("scoring the base model once")
         doc = self.evaluate(None, "base")
         self._write("base.json", doc)
@@ -90,10 +105,12 @@ class Watcher:
         return doc
 
     def write_summary(self) -> dict[str, Any]:
-        base = json.loads((self.out / "base.json").read_text()) if (self.out / "base.json").is_file() else None
+        base = _whole(self.out / "base.json")
         rows = []
         for step in sorted(self.done_steps()):
-            doc = json.loads((self.out / f"checkpoint-{step}.json").read_text())
+            doc = _whole(self.out / f"checkpoint-{step}.json")
+            if doc is None:  # removed or rewritten since done_steps() read it
+                continue
             s = doc["summary"]
             vs = doc.get("vs_base") or {}
             rows.append({"step": step, "pass@1": s["pass@1"]["pass@1"], "ci": s["pass@1"]["ci"],
@@ -103,7 +120,7 @@ class Watcher:
         summary = {"source": self.source.describe(), "base": bsum and {**bsum, "mean_tokens": base["summary"]["tokens"]["mean_total"]},
                    "checkpoints": rows, "best": max(rows, key=lambda r: r["pass@1"] or -1, default=None)}
         self._write("summary.json", summary)
-        charts.learning_curve(rows, self.out / "learning_curve.png", base=bsum)
+        charts.learning_curve(rows, self.out / "learning_curve.png", base=bsum, in_place=True)
         return summary
 
     # --- the loop ------------------------------------------------------------------------

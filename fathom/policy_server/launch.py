@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from fathom.config.base import cuda_visible
 from fathom.config.model import ModelConfig
 from fathom.config.policy_server import PolicyServerConfig
 
@@ -76,7 +77,7 @@ def vllm_interpreter(ps: PolicyServerConfig, device: str = "cpu") -> str:
 
 def dev_mode(ps: PolicyServerConfig) -> bool:
     """Dev mode exposes /collective_rpc (arbitrary engine RPC): only when weight sync needs it. Merged
-    sync reloads weights through /collective_rpc on CPU and the RL weight-transfer routes on GPU."""
+    sync reloads weights through /collective_rpc (disk) or the RL weight-transfer routes (NCCL)."""
     if ps.dev_mode != "auto":
         return ps.dev_mode == "on"
     return ps.weight_sync == "merged"
@@ -120,7 +121,8 @@ def vllm_flags(ps: PolicyServerConfig, model: ModelConfig, model_path: str, devi
         flags.append("--enforce-eager")
     if device == "cuda":
         flags += ["--gpu-memory-utilization", str(ps.gpu_memory_utilization)]
-        if ps.weight_sync == "merged":
+        if ps.weight_sync == "merged" and ps.merged_sync == "nccl":
+            # Disk sync needs no transfer engine: it reloads a directory through /collective_rpc, as on CPU.
             flags += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
     return flags + list(ps.extra_args)
 
@@ -134,6 +136,8 @@ def server_env(ps: PolicyServerConfig, device: str) -> dict[str, str]:
         # /v1/load_lora_adapter and unload: adapter sync loads each policy version; under merged sync the
         # evaluator and the checkpoint watcher still hot-load adapters to score them.
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
+    if device == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible(ps.cuda_device)
     if device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(ps.cpu_kvcache_gb)
         env["VLLM_TARGET_DEVICE"] = "cpu"

@@ -10,9 +10,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fathom.config import FathomConfig
+from fathom.config import FathomConfig, merged_backend
 
 log = logging.getLogger(__name__)
+
+
+class TrainerDeviceError(RuntimeError):
+    """The config asks for CUDA and the trainer's torch cannot see a GPU; the CPU patches would run it on CPU."""
+
+
+def no_cuda_reason(torch: Any) -> str:
+    """Why a `policy_server.device = "cuda"` run refuses to train on this interpreter's torch."""
+    import os
+    import sys
+
+    build = torch.version.cuda
+    why = (f"torch {torch.__version__} is a CPU build" if not build else
+           f"torch {torch.__version__} (CUDA {build}) finds no usable GPU "
+           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}; driver too old or absent?)")
+    return (f"policy_server.device is 'cuda' but the trainer cannot use CUDA: {why}, in {sys.executable}. Training on "
+            "the CPU patches instead would take days: run `make setup-gpu` (installs the CUDA torch), check "
+            "`fathom doctor --gpu`, or set policy_server.device = 'cpu' for a CPU run.")
 
 
 @dataclass
@@ -93,7 +111,8 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
                   run_dir: str | Path | None = None, progress: bool = True,
                   rollout_cores: list[int] | None = None) -> Run:
     """The trainer and its parts for `cfg`; `trainer.train()` (or `run.trainer.train(resume_from_checkpoint=...)`)
-    runs it. Refuses an installed TRL other than 1.15.0; on a machine without CUDA applies the CPU patches.
+    runs it. Refuses an installed TRL other than 1.15.0, and a CUDA config where torch sees no GPU; on a machine
+    without CUDA applies the CPU patches, on CUDA the attention `trainer.attention` picks.
     `rollout_cores`: the cores TRL's rollout child moves to (None: it shares the trainer's)."""
     import torch
     from datasets import Dataset
@@ -103,14 +122,19 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     from fathom.rollout_worker import build_worker
     from fathom.rollout_worker.dataset import prompt_rows
     from fathom.trainer import cpu_compat
-    from fathom.trainer.callbacks import HubPush, MetricsJsonl, RichProgress, Watchdog
+    from fathom.trainer.callbacks import BucketCopy, HubPush, MetricsJsonl, RichProgress, Watchdog
     from fathom.trainer.grpo import FathomGRPOTrainer
     from fathom.trainer.weight_sync import DiskMergedSync, NcclMergedSync, ServedProbe
 
     cpu_compat.check_trl_version()
     cuda = torch.cuda.is_available()
-    cpu_compat.apply()
     t, ps = cfg.trainer, cfg.policy_server
+    if ps.device == "cuda" and not cuda:
+        raise TrainerDeviceError(no_cuda_reason(torch))
+    if not cpu_compat.apply():
+        from fathom.trainer import attention
+
+        attention.install(attention.choose(t.attention, cuda=cuda))
     run_dir = Path(run_dir or cfg.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     rollouts_path = run_dir / "rollouts.jsonl"
@@ -139,7 +163,10 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         # retry_s: a policy server or proxy that `fathom launch` restarts mid-sync is waited for, not fatal.
         common = {"vllm_url": endpoints.vllm_url, "proxy_url": endpoints.proxy_url, "timeout_s": t.weight_sync_timeout_s,
                   "state_path": policy_state_path(run_dir), "retry_s": t.weight_sync_timeout_s}
-        transfer = NcclMergedSync(**common) if cuda else DiskMergedSync(directory=run_dir / "merged", **common)
+        if merged_backend(cfg) == "nccl":
+            transfer = NcclMergedSync(**common)
+        else:
+            transfer = DiskMergedSync(directory=ps.merged_dir or run_dir / "merged", **common)
     # adapter sync: transfer stays None and TRL publishes `trl-policy-vN` adapters through /v1/load_lora_adapter,
     # which the proxy pins sessions to (capture_proxy.adapter_prefix).
 
@@ -148,6 +175,8 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     callbacks = [metrics, watchdog, RichProgress(t.max_steps, enabled=progress)]
     if t.hub_repo:
         callbacks.append(HubPush(t.hub_repo, run_dir))
+    if cfg.launch.bucket_dir:
+        callbacks.append(BucketCopy(Path(cfg.launch.bucket_dir) / cfg.run_name, run_dir))
     lora = LoraConfig(r=t.lora.rank, lora_alpha=t.lora.alpha, lora_dropout=t.lora.dropout,
                       target_modules=list(t.lora.target_modules), task_type="CAUSAL_LM")
     trainer = FathomGRPOTrainer(model=model_path, args=args, train_dataset=dataset, processing_class=tokenizer,

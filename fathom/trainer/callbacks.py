@@ -118,6 +118,28 @@ class HubPush(TrainerCallback):
             log.error("pushing %s to the Hub repo %s failed: %s", ckpt, self.repo_id, e)
 
 
+class BucketCopy(TrainerCallback):
+    """Each checkpoint and metrics.jsonl to the bucket in on_save, the whole run at the end (`trainer/bucket.py`)."""
+
+    def __init__(self, bucket: str | Path, run_dir: str | Path):
+        self.bucket, self.run_dir = Path(bucket), Path(run_dir)
+
+    def on_save(self, args, state, control, **kwargs):
+        from fathom.trainer.bucket import copy_tree
+
+        name = f"checkpoint-{state.global_step}"
+        try:
+            copy_tree(self.run_dir / name, self.bucket / name)
+            copy_tree(self.run_dir / "metrics.jsonl", self.bucket / "metrics.jsonl")
+        except OSError as e:  # the checkpoint is safe on local disk; a bucket hiccup must not kill training
+            log.error("copying %s to the bucket %s failed: %s; the next save tries again", name, self.bucket, e)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        from fathom.trainer.bucket import copy_run
+
+        copy_run(self.run_dir, self.bucket)
+
+
 class RichProgress(TrainerCallback):
     """A rich progress bar: step, reward, ETA."""
 

@@ -163,13 +163,15 @@ def segment_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
     return torch.cat(rows, dim=0), None
 
 
-def _segment_sdpa_model_from_path(original):
-    def create_model_from_path(model_id, architecture=None, **kwargs):
-        if str(kwargs.get("attn_implementation", "")).startswith("kernels-community/"):
-            kwargs["attn_implementation"] = SEGMENT_SDPA
-        return original(model_id, architecture, **kwargs)
+def register_segment_sdpa() -> None:
+    """Register `segment_sdpa` in transformers under SEGMENT_SDPA (idempotent)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
 
-    return create_model_from_path
+    AttentionInterface.register(SEGMENT_SDPA, segment_sdpa)
+    # Its mask is flash attention's: none for unpadded rows, the 2D padding mask otherwise (which segment_sdpa
+    # refuses). Unregistered, transformers would drop a padding mask without a word.
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_SDPA, flash_attention_mask)
 
 
 def _cpu_peak_flops(accelerator, dtype: str) -> float | None:
@@ -188,14 +190,9 @@ def apply(force: bool = False) -> bool:
     from trl.experimental.async_grpo import async_grpo_trainer as agt
     from trl.experimental.async_grpo import async_rollout_worker as arw
 
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+    from fathom.trainer import attention
 
-    AttentionInterface.register(SEGMENT_SDPA, segment_sdpa)
-    # Its mask is flash attention's: none for unpadded rows, the 2D padding mask otherwise (which segment_sdpa
-    # refuses). Unregistered, transformers would drop a padding mask without a word.
-    ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_SDPA, flash_attention_mask)
-    agt.create_model_from_path = _segment_sdpa_model_from_path(agt.create_model_from_path)
+    attention.install(attention.choose("sdpa", cuda=False))
     agt.get_peak_flops_per_device = _cpu_peak_flops
     trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
     if importlib.util.find_spec("vllm") is None:
@@ -211,4 +208,4 @@ def reference_log_softmax(hidden, weight, targets, temperature=1.0):
 
 
 __all__ = ["CPU_PEAK_FLOPS", "TRL_VERSION", "TorchChunkedLogProb", "TrlVersionError", "apply", "check_trl_version",
-           "reference_log_softmax"]
+           "reference_log_softmax", "register_segment_sdpa"]

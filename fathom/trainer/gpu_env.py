@@ -1,4 +1,5 @@
-"""The GPU trainer's environment: vLLM (for TRL's NCCL weight transfer) beside OpenEnv in one process.
+"""The GPU trainer's environment: vLLM (TRL's NCCL weight transfer for two-GPU layouts, and the vLLM guard of TRL's
+rollout worker) beside OpenEnv in one process.
 
 vLLM 0.32 requires `mcp>=2,<3`; OpenEnv 0.10's fastmcp 3.4 requires `mcp<2`. The trainer only needs vLLM's
 weight-transfer modules, so vLLM is installed with `--no-deps` plus the few packages those imports pull in

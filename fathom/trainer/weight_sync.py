@@ -5,9 +5,10 @@ unmerge_adapter -> resume() -> model_version += 1. So in `resume()` the version 
 `trainer.model_version + 1`, and that is what the capture proxy is told (POST /policy/version), so new
 sessions pin the new version while old ones keep their label.
 
-- `DiskMergedSync` (CPU): the tensors go to a safetensors directory, written under a dot-name and renamed
+- `DiskMergedSync` (CPU, and one GPU shared by trainer and vLLM): the tensors go to a safetensors directory, written under a dot-name and renamed
   (a reader never sees half a file), then vLLM reloads them: POST /collective_rpc reload_weights.
-- `NcclMergedSync` (GPU): TRL's own `WeightTransferClient`, built once the trainer's model exists.
+- `NcclMergedSync` (trainer and vLLM on different GPUs): TRL's own `WeightTransferClient`, built once the
+  trainer's model exists. docs/trainer.md says why one GPU uses the disk.
 Names are TRL's (`_iter_vllm_named_params`: PEFT prefixes stripped, LoRA tensors skipped). Tied
 embeddings appear once, as `model.embed_tokens.weight`; vLLM's loader ties `lm_head` to it.
 
@@ -32,8 +33,6 @@ from typing import Any
 
 import httpx
 
-from fathom.config.security import shared_token
-from fathom.protocol import token_headers
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,13 @@ class MergedSync:
         self.state_path = Path(state_path) if state_path else None
         self.retry_s, self.retry_poll_s = retry_s, retry_poll_s
         self.state: dict[str, Any] = {"version": 0, "weights_path": None}
-        self.http = http or httpx.Client(timeout=timeout_s, headers=token_headers(shared_token()))  # the proxy may require it
+        if http is None:
+            # Imported here, not at the top: bench/gpu_device_check.py runs this class on a machine without pydantic.
+            from fathom.config.security import shared_token
+            from fathom.protocol import token_headers
+
+            http = httpx.Client(timeout=timeout_s, headers=token_headers(shared_token()))  # the proxy may require it
+        self.http = http
         self.trainer: Any = None
         self.sync_seconds: list[float] = []
         self._t0 = 0.0
@@ -101,6 +106,23 @@ class MergedSync:
         self._post(f"{self.vllm_url}/pause", params={"mode": "keep"})
 
     def resume(self) -> None:
+        try:
+            self._publish()
+        except BaseException:
+            self._resume_after_failure()
+            raise
+        self._post(f"{self.vllm_url}/resume")
+        self.sync_seconds.append(time.monotonic() - self._t0)
+
+    def _resume_after_failure(self) -> None:
+        # A sync that fails stops the run, but vLLM must not stay paused meanwhile: every in-flight episode would
+        # wait out its timeout first. It may now hold part of the new weights, and no new version was published.
+        try:
+            self._post(f"{self.vllm_url}/resume")
+        except WeightSyncError as again:
+            log.warning("could not resume vLLM after a failed sync: %s", again)
+
+    def _publish(self) -> None:
         # Cached KV was computed by the old weights; preempted requests recompute theirs on the new ones.
         r = self._post(f"{self.vllm_url}/reset_prefix_cache", params={"reset_running_requests": "true"})
         if not r.json().get("success", False):
@@ -113,8 +135,6 @@ class MergedSync:
             version = (self.trainer.model_version if self.trainer is not None else len(self.sync_seconds)) + 1
             self._post(f"{self.proxy_url}/policy/version", json={"version": version})
             self._record(version=version)
-        self._post(f"{self.vllm_url}/resume")
-        self.sync_seconds.append(time.monotonic() - self._t0)
 
     def _metric(self, key: str, value: float) -> None:
         """Into the bound trainer's next log line (TRL's `_metrics` window), beside its own perf/weight_sync_*."""
@@ -136,7 +156,7 @@ class MergedSync:
 
 
 class DiskMergedSync(MergedSync):
-    """CPU: merged tensors -> safetensors directory (atomic rename) -> vLLM `reload_weights`."""
+    """Merged tensors -> safetensors directory on local disk (atomic rename) -> vLLM `reload_weights`."""
 
     def __init__(self, *, directory: str | Path, keep: int = 2, **kw: Any):
         super().__init__(**kw)
@@ -145,6 +165,17 @@ class DiskMergedSync(MergedSync):
         self.count = 0
 
     def send_weights(self, iterator) -> None:
+        try:
+            self._write_and_reload(iterator)
+        except BaseException as e:
+            # TRL calls resume() only after a sync that returned (its `finally` unmerges, nothing more).
+            self._resume_after_failure()
+            if isinstance(e, OSError):
+                raise WeightSyncError(f"writing merged weights under {self.directory} failed ({e}); free space "
+                                      "there or point policy_server.merged_dir at a larger local disk") from e
+            raise
+
+    def _write_and_reload(self, iterator) -> None:
         from safetensors.torch import save_file
 
         self.count += 1
@@ -177,7 +208,7 @@ class DiskMergedSync(MergedSync):
 
 
 class NcclMergedSync(MergedSync):
-    """GPU: TRL's `WeightTransferClient` over NCCL (vLLM started with the NCCL weight-transfer config and dev mode).
+    """Two GPUs: TRL's `WeightTransferClient` over NCCL (vLLM started with the NCCL weight-transfer config and dev mode).
 
     Written against TRL 1.15's API; not run in this repository's CPU-only CI.
     """
@@ -203,7 +234,11 @@ class NcclMergedSync(MergedSync):
         super().init_weight_transfer()
 
     def send_weights(self, iterator) -> None:
-        self.client.send_weights(iterator)
+        try:  # TRL's client finishes the weight update on a failure; vLLM's pause is ours to end
+            self.client.send_weights(iterator)
+        except BaseException:
+            self._resume_after_failure()
+            raise
 
     def destroy(self) -> None:
         if self.client is not None:

@@ -71,6 +71,11 @@ def test_missing_and_broken_files_name_the_file(tmp_path):
           "--policy_server.max_loras", "3", "--trainer.max_staleness", "2"],
          ["policy_server.max_loras", "trainer.max_staleness"]),
         (["--policy_server.weight_sync", "adapter"], ["policy_server.weight_sync", "policy_server.enable_lora"]),
+        # NCCL cannot form a group of two ranks on one GPU: both device fields and the fix are named
+        (["--policy_server.device", "cuda", "--policy_server.weight_sync", "merged", "--policy_server.merged_sync",
+          "nccl"], ["policy_server.cuda_device", "trainer.cuda_device", "merged_sync = 'disk'"]),
+        (["--policy_server.device", "cpu", "--policy_server.weight_sync", "merged", "--policy_server.merged_sync",
+          "nccl"], ["policy_server.merged_sync", "policy_server.device", "'disk'"]),
         (["--policy_server.cpu_cores", "0-1", "--trainer.cpu_cores", "1"],
          ["trainer.cpu_cores", "policy_server.cpu_cores", "[1]"]),
         (["--trainer.cpu_cores", "1-"], ["trainer.cpu_cores", "'1-'"]),
@@ -119,3 +124,16 @@ def test_cpu_lists_parse_like_vllms():
     assert parse_cpu_list("1") == [1]
     cfg = load_config(None, ["--policy_server.cpu_cores", "nobind", "--trainer.cpu_cores", "0"])
     assert cfg.trainer.cpu_cores == "0"
+
+
+def test_merged_sync_auto_is_disk_on_one_gpu_and_nccl_on_two():
+    from fathom.config import merged_backend
+
+    one = load_config(ROOT / "configs/qwen1.5b-a100.toml", ["--policy_server.merged_sync", "auto"])
+    assert merged_backend(one) == "disk"
+    two = load_config(ROOT / "configs/qwen1.5b-a100.toml", ["--policy_server.merged_sync", "auto",
+                                                            "--trainer.cuda_device", "1"])
+    assert merged_backend(two) == "nccl"
+    assert merged_backend(load_config(ROOT / "configs/smoke.toml")) == "disk"
+    assert merged_backend(load_config(None, ["--policy_server.weight_sync", "adapter"])) is None
+    assert load_config(ROOT / "configs/qwen1.5b-a100.toml").policy_server.merged_sync == "disk"

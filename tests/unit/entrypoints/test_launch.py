@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,11 +151,15 @@ def test_run_job_dry_run_prints_the_plan_and_runs_nothing(tmp_path: Path) -> Non
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "+ make setup-gpu" in lines
+    doctor = [x for x in lines if " doctor --gpu -c configs/qwen1.5b-a100.toml" in x]
+    assert doctor and lines.index(doctor[0]) > lines.index("+ make setup-gpu")  # checked before the hour-long job
+    assert lines.index(doctor[0]) < lines.index(next(x for x in lines if x.startswith("+ ") and " launch " in x))
     launch = [x for x in lines if x.startswith("+ ") and " launch configs/qwen1.5b-a100.toml" in x]
-    assert launch and "--trainer.max_steps 20" in launch[0] and f"--output_dir {tmp_path / 'bucket'}" in launch[0]
+    assert launch and "--trainer.max_steps 20" in launch[0] and f"--launch.bucket_dir {tmp_path / 'bucket'}" in launch[0]
+    assert f"run dir: runs/qwen1.5b-a100 (local disk), copied as complete files to {tmp_path / 'bucket'}" in out.stdout
     assert any("stage grpo" in x for x in lines) and any("server policy" in x for x in lines)
     push = [x for x in lines if x.startswith("+ ") and "--push someone/fathom-lora" in x]
-    assert push and f" export {tmp_path / 'bucket' / 'qwen1.5b-a100'} " in push[0]
+    assert push and " export runs/qwen1.5b-a100 " in push[0]  # from the local run; the bucket holds a copy
     assert not (tmp_path / "bucket").exists()  # nothing ran
 
 
@@ -200,3 +205,25 @@ def test_each_split_says_what_its_score_is_for() -> None:
     from fathom.entrypoints.launch_cmd import split_use
 
     assert "choosing" in split_use("test") and "never choose" in split_use("heldout")
+
+
+def _dry_run(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", "launch", "configs/qwen1.5b-a100.toml",
+                           "--dry-run", *overrides], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_the_a100_dry_run_shows_the_one_gpu_sync_and_refuses_the_impossible_ones() -> None:
+    out = _dry_run()
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("weight sync: merged by disk reload") and "trainer on cuda:0, vLLM on cuda:0" in first
+    nccl = _dry_run("--policy_server.merged_sync", "nccl")
+    assert nccl.returncode != 0 and not nccl.stdout
+    assert all(f in nccl.stderr for f in ("policy_server.cuda_device", "trainer.cuda_device", "merged_sync = 'disk'"))
+    assert "merged over NCCL" in _dry_run("--policy_server.merged_sync", "nccl", "--trainer.cuda_device", "1").stdout
+    # adapter sync: TRL needs max_staleness + 2 adapter slots (select_adapter_sync); a100 sets max_staleness 4
+    short = _dry_run("--policy_server.weight_sync", "adapter", "--policy_server.max_loras", "5")
+    assert short.returncode != 0 and "policy_server.max_loras (5)" in short.stderr and "trainer.max_staleness" in short.stderr
+    assert "weight sync: adapter" in _dry_run("--policy_server.weight_sync", "adapter", "--policy_server.max_loras",
+                                              "6").stdout

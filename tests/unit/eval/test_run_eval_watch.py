@@ -32,7 +32,8 @@ def test_dry_run_prints_the_command_and_plan_and_starts_nothing(tmp_path):
     r = dry_run(FATHOM_CONFIG="configs/eval/qwen1.5b-a100.toml", EVAL_TASKS="50", STOP_AT_STEP="500",
                 IDLE_EXIT_S="3600", EVAL_OUT=str(tmp_path / "ev"), FATHOM_OVERRIDES="--eval.watch_poll_s 5")
     assert r.returncode == 0, r.stderr
-    first, rest = r.stdout.split("\n", 1)
+    install, first, rest = r.stdout.split("\n", 2)
+    assert install == "+ make setup-gpu"  # the pinned install, never pip into the image's Python
     assert first.startswith("+ ") and "eval watch --config configs/eval/qwen1.5b-a100.toml" in first
     assert "--checkpoints /data/runs/qwen1.5b-a100" in first and "--start" in first
     assert "--stop-at-step 500" in first and "--eval.watch_poll_s 5" in first
@@ -45,6 +46,6 @@ def test_dry_run_prints_the_command_and_plan_and_starts_nothing(tmp_path):
 def test_dry_run_hub_source_and_bad_config_fails_loudly():
     r = dry_run(FATHOM_CONFIG="configs/eval/smoke.toml", CHECKPOINTS="hf://someone/fathom-adapters")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout.split("\n", 1)[1])["source"] == "hf://someone/fathom-adapters"
+    assert json.loads(r.stdout.split("\n", 2)[2])["source"] == "hf://someone/fathom-adapters"
     r = dry_run(FATHOM_CONFIG="configs/eval/missing.toml", CHECKPOINTS="runs/x")
     assert r.returncode != 0 and "configs/eval/missing.toml" in r.stderr

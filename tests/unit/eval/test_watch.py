@@ -167,3 +167,25 @@ def test_hub_source_lists_complete_folders_and_downloads_each_once(tmp_path, mon
     assert hub.steps() == [2, 4]
     assert set(hub.complete()) == {2, 4} and set(hub.complete()) == {2, 4}
     assert downloads == [["checkpoint-2/*"], ["checkpoint-4/*"]]  # the second poll downloads nothing
+
+
+def test_a_report_cut_off_mid_write_is_scored_again_once_and_nothing_is_renamed(tmp_path, monkeypatch):
+    # On a bucket the watcher writes in place; a stop mid-write leaves JSON that does not parse.
+    vllm, log = FakeVllm(), []
+    write_adapter(tmp_path / "ck" / "checkpoint-5")
+    write_adapter(tmp_path / "ck" / "checkpoint-10")
+    out = tmp_path / "eval"
+    out.mkdir()
+    whole = json.dumps({"step": 5, "summary": {}})
+    (out / "checkpoint-5.json").write_text(whole[: len(whole) // 2])
+    renames = []
+    monkeypatch.setattr(Path, "replace", lambda self, target: renames.append((self, target)))
+    monkeypatch.setattr(Path, "rename", lambda self, target: renames.append((self, target)))
+    w = make(tmp_path, vllm, log)
+    assert w.done_steps() == set()
+    w.run(stop_at_step=10)
+    assert log == [(None, "base"), ("fathom-eval-ckpt-5", "checkpoint-5"), ("fathom-eval-ckpt-10", "checkpoint-10")]
+    assert json.loads((out / "checkpoint-5.json").read_text())["step"] == 5
+    assert renames == [] and not list(out.glob("*.tmp"))
+    make(tmp_path, vllm, log).run(stop_at_step=10)  # a restart on the same bucket redoes nothing
+    assert len(log) == 3

@@ -88,10 +88,12 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
     assert not cpu_has_native_bf16(str(tmp_path / "absent"))
 
 
-def test_a_serving_dtype_other_than_the_trainers_needs_the_cpu_reload():
-    with pytest.raises(ValueError, match="policy_server.dtype"):
-        _cfg("--policy_server.dtype", "bfloat16", "--policy_server.device", "cuda", "--policy_server.weight_sync", "merged",
-             "--policy_server.enable_lora", "false")
+def test_a_serving_dtype_other_than_the_trainers_needs_the_disk_reload():
+    two_gpus = ["--policy_server.device", "cuda", "--policy_server.weight_sync", "merged",
+                "--policy_server.enable_lora", "false", "--trainer.cuda_device", "1"]
+    with pytest.raises(ValueError, match="policy_server.dtype.*merged_sync = 'disk'"):
+        _cfg("--policy_server.dtype", "bfloat16", *two_gpus)
+    _cfg("--policy_server.dtype", "bfloat16", *two_gpus, "--policy_server.merged_sync", "disk")
     _cfg("--policy_server.dtype", "bfloat16", "--policy_server.device", "cpu", "--policy_server.weight_sync", "merged")
 
 
@@ -134,12 +136,28 @@ def test_cuda_launches_with_a_venv_interpreter_not_bare_python(tmp_path):
     assert build_command(cfg.policy_server, cfg.model, "/m")[0][0] == str(venv)
 
 
-def test_gpu_merged_sync_adds_nccl_weight_transfer():
-    cfg = _cfg("--policy_server.device", "cuda", "--policy_server.weight_sync", "merged", "--model.dtype", "bfloat16")
-    argv, _ = build_command(cfg.policy_server, cfg.model, "/m")
+def test_two_gpu_merged_sync_adds_nccl_weight_transfer_and_places_vllm(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cfg = _cfg("--policy_server.device", "cuda", "--policy_server.weight_sync", "merged", "--model.dtype", "bfloat16",
+               "--policy_server.cuda_device", "1")
+    assert cfg.policy_server.merged_sync == "nccl"  # auto: the trainer is on GPU 0, vLLM on GPU 1
+    argv, env = build_command(cfg.policy_server, cfg.model, "/m")
     i = argv.index("--weight-transfer-config")
     assert json.loads(argv[i + 1]) == {"backend": "nccl"}
     assert "--enforce-eager" not in argv and "--dtype" in argv and "bfloat16" in argv
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")  # an allotment on a shared machine: its second GPU
+    assert build_command(cfg.policy_server, cfg.model, "/m")[1]["CUDA_VISIBLE_DEVICES"] == "6"
+
+
+def test_one_gpu_merged_sync_reloads_from_disk_without_a_transfer_engine(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cfg = _cfg("--policy_server.device", "cuda", "--policy_server.weight_sync", "merged", "--model.dtype", "bfloat16")
+    assert cfg.policy_server.merged_sync == "disk"
+    argv, env = build_command(cfg.policy_server, cfg.model, "/m")
+    assert "--weight-transfer-config" not in argv
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"  # /collective_rpc reload_weights
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
 
 
 def test_missing_model_directory_is_named(tmp_path):

@@ -22,7 +22,7 @@ def report(run: Path, rows: list[dict]) -> dict:
 
 def step(n: int, shift: float | None, noise: float = 0.0) -> dict:
     row = {"step": n, "time": 100.0 + 20 * n, "loss": 0.1, "perf/weight_sync_s": 1.5,
-           "mismatch/abs_ratio_minus_1": 4e-4}
+           "mismatch/abs_ratio_minus_1": 1.2e-2}  # bf16 on both sides
     if shift is not None:
         row |= {"sync/served_logprob_shift": shift, "sync/served_logprob_noise": noise}
     return row
@@ -45,3 +45,12 @@ def test_every_step_moved_the_served_logprobs(tmp_path):
 ])
 def test_a_sync_that_did_not_show_is_not_counted_as_changed(tmp_path, rows):
     assert report(tmp_path / "run", rows)["served_logprobs_changed"] is False
+
+
+def test_a_bf16_mismatch_passes_and_a_stale_policy_does_not(tmp_path):
+    rows = [step(1, None), step(2, 0.03, 1e-3), step(3, 0.01, 2e-3)]
+    ok = report(tmp_path / "ok", rows)
+    assert {t["name"]: t["met"] for t in ok["targets"]}["mismatch_max"]
+    stale = [r | {"mismatch/abs_ratio_minus_1": 0.08} for r in rows]
+    out = report(tmp_path / "stale", stale)
+    assert not {t["name"]: t["met"] for t in out["targets"]}["mismatch_max"]
