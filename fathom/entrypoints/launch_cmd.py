@@ -154,6 +154,12 @@ def launch(
         steps = plan(cfg, config, list(ctx.args))
     except PlanError as e:
         die(str(e))
+    from fathom.tasks import configure, store
+
+    configure(cfg.tasks)
+    if lost := store.missing(cfg.tasks.sources):  # stages would each fail later, after the servers start
+        die(f"task source(s) {', '.join(lost)} are configured but not imported into {str(store.root())!r}; run "
+            + " and ".join(f"`fathom tasks import {n} -c {config}`" for n in lost))
     if dry_run:
         for i, s in enumerate(steps, 1):
             extra = f"  (healthy at {s.health_url})" if s.health_url else ""
