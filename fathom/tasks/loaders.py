@@ -2,7 +2,8 @@
 
 Each row needs a question, a context and an answer; field names are configurable so public
 long-context sets load without conversion. Loaded tasks are registered, so `get_task(id)`
-finds them in this process.
+finds them in this process only; `fathom tasks import` (tasks/store.py) pins them where every
+process (env server, trainer, evaluator) can find them.
 """
 
 from __future__ import annotations
