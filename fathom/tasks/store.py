@@ -28,6 +28,11 @@ STORE_VERSION = "1"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _ID = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9_-]{0,63})-(?P<row>\d+)")
 _settings: dict[str, str] = {"root": ""}
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK
+"""mkstemp makes 0600 files; the store is read by other users too (the container's uid 1000), so files get the
+mode open() would give them."""
 _manifests: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
 
 
@@ -172,6 +177,7 @@ def _put(sha: str, data: bytes, force: bool) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    os.chmod(tmp, _FILE_MODE)
     os.replace(tmp, path)
 
 
@@ -181,6 +187,7 @@ def _write_manifest(data: dict[str, Any]) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "w") as fh:
         fh.write(render(data))
+    os.chmod(tmp, _FILE_MODE)
     os.replace(tmp, path)
     return path
 

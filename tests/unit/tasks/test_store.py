@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,12 @@ def test_source_specs_and_config(tmp_path) -> None:
         TaskSource(name="a", kind="csv")
     with pytest.raises(ValueError, match="no tasks.sources entry has the train role"):
         TasksConfig(generated_weight=0)
+
+
+def test_stored_files_are_readable_by_other_users(tmp_path, tmp_store) -> None:
+    store.import_source(TaskSource(name="mydocs", kind="jsonl", path=str(write_jsonl(tmp_path / "d.jsonl", rows(1)))))
+    files = [p for p in tmp_store.rglob("*") if p.is_file()]
+    umask = os.umask(0)
+    os.umask(umask)
+    # the mode open() gives (0644 under umask 022), not mkstemp's 0600, which the container's uid 1000 cannot read
+    assert len(files) == 2 and all(p.stat().st_mode & 0o777 == 0o666 & ~umask for p in files)
