@@ -55,14 +55,18 @@ def build(split: str = SPLIT_OPTION,
 @app.command("show")
 def show(task_id: str = typer.Argument(..., help="Task id, e.g. needle-64k-s1000123."),
          chars: int = typer.Option(400, "--chars", help="Characters of context to print (-1: all)."),
-         gold: bool = typer.Option(True, "--gold/--no-gold", help="Include the gold answer and metadata.")):
-    """Print a task: question, gold, metadata and the start of its context."""
+         gold: bool = typer.Option(True, "--gold/--no-gold", help="Include the gold answer and metadata."),
+         config: str = TASKS_CONFIG):
+    """Print a task (generated, or imported: NAME-ROW): question, gold, metadata and the start of its context."""
     from fathom.tasks import get_task
 
+    _tasks_config(config)
     try:
         task = get_task(task_id)
     except KeyError as e:
         die(str(e.args[0]))
+    except ValueError as e:  # an imported task whose stored context changed on disk
+        die(str(e))
     d = task.to_dict(context=False) if gold else {"id": task.id, "family": task.family, "question": task.question}
     d["context"] = task.context if chars < 0 else task.context[:chars]
     print(json.dumps(d, indent=2))
