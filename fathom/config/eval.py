@@ -9,7 +9,7 @@ from fathom.config.base import FathomModel
 
 class EvalConfig(FathomModel):
     split: str = "test"
-    """Pinned task split to evaluate (`train`, `test` or `heldout`; see `fathom tasks stats`)."""
+    """Pinned task split to evaluate: `train`, `test`, `heldout`, or an imported split's name (`fathom tasks import`)."""
 
     n_tasks: int | None = Field(None, gt=0)
     """Evaluate only the split's first N tasks (families round-robin, so every family stays in); None = all."""

@@ -62,8 +62,20 @@ class SftConfig(FathomModel):
     max_length: int = Field(4096, ge=256)
     """Longest example in tokens; longer recordings are dropped, never truncated (a cut example teaches a cut answer)."""
 
+    teacher: bool = True
+    """Record scripted-teacher episodes of the built-in families (`n_tasks` of them) as SFT data. Imported task sets
+    have no reference program, so the teacher never plays them; give `demonstrations` for those."""
+
+    demonstrations: str = ""
+    """A JSONL of your own demonstrations, one `{"messages": [...]}` conversation a line (docs/tasks.md), added to
+    the teacher's rows. Each is laid out in tokens as the env server lays out an episode and refused when that
+    differs from the chat template's rendering (the token-in/token-out contract)."""
+
     @model_validator(mode="after")
     def _check(self) -> "SftConfig":
+        if not self.teacher and not self.demonstrations:
+            raise ValueError("sft.teacher is false and sft.demonstrations is empty: SFT would have no data; "
+                             "turn the teacher on or give a demonstrations file")
         if self.batch_size % self.micro_batch_size:
             raise ValueError(
                 f"sft.batch_size ({self.batch_size}) is not a multiple of sft.micro_batch_size "

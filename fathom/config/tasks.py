@@ -69,6 +69,70 @@ class RewardConfig(FathomModel):
         return self
 
 
+SOURCE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+
+
+class TaskSource(FathomModel):
+    """One external task set: a local JSONL, Parquet or CSV file, or a Hub dataset (see docs/tasks.md).
+
+    `fathom tasks import NAME` pins it into the task store; the workflows then use it by name.
+    """
+
+    name: str = Field(pattern=SOURCE_NAME)
+    """The imported split's name; task ids become `{name}-{row}` (e.g. `mydocs-3`)."""
+
+    kind: Literal["jsonl", "parquet", "csv", "hub"]
+    """jsonl is streamed line by line; parquet, csv and hub are read (streaming) through `datasets`."""
+
+    path: str = ""
+    """The file (jsonl, parquet, csv), or for hub a local directory laid out like a Hub dataset repo."""
+
+    repo: str = ""
+    """Hub dataset repo id (`owner/name`), for kind hub when `path` is empty."""
+
+    config: str | None = None
+    """Hub dataset config (subset) name."""
+
+    split: str = "test"
+    """Hub dataset split."""
+
+    revision: str | None = None
+    """Hub commit, tag or branch; the commit it resolves to is recorded in the manifest."""
+
+    preset: str = ""
+    """Field names of a known public set (`longbench`, `babilong`; `fathom tasks presets` lists them)."""
+
+    fields: dict[str, str] = {}
+    """Our field -> the source's column: id, question, context, answer, aliases, type, family (over the preset)."""
+
+    answer_type: Literal["", "string", "number", "set"] = ""
+    """Answer type of rows whose own type column is empty; "" infers number for numeric answers, else string."""
+
+    list_answers: Literal["", "set", "aliases"] = ""
+    """A list in the answer column is a set to match by F1 (`set`) or accepted spellings (`aliases`);
+    "" takes the preset's choice, else set."""
+
+    limit: int | None = Field(None, gt=0)
+    """Import only the first N rows."""
+
+    roles: list[Literal["train", "eval"]] = ["train", "eval"]
+    """What the split is used for: GRPO training tasks, held-out evaluation (and the demo page's examples), or both."""
+
+    weight: float = Field(1.0, gt=0.0)
+    """Share of the GRPO training tasks drawn from this source, against tasks.generated_weight and other sources."""
+
+    token_budget: int = Field(4000, gt=0)
+    """Token budget (root + sub-calls) of rows without their own `token_budget` column."""
+
+    @model_validator(mode="after")
+    def _where(self) -> "TaskSource":
+        if self.kind == "hub" and not (self.repo or self.path):
+            raise ValueError(f"task source {self.name!r}: kind hub needs repo = 'owner/name' (or path = a local copy)")
+        if self.kind != "hub" and not self.path:
+            raise ValueError(f"task source {self.name!r}: kind {self.kind} needs path = the file to read")
+        return self
+
+
 class TasksConfig(FathomModel):
     reward: RewardConfig = RewardConfig()
     """Reward component weights and anti-hacking limits."""
@@ -81,3 +145,28 @@ class TasksConfig(FathomModel):
 
     verify_on_load: bool = False
     """Regenerate every task of a split when loading it and check its SHA-256 against the manifest."""
+
+    store_dir: str = ""
+    """The imported task store (manifests + content-addressed contexts); empty means $FATHOM_HOME/tasks.
+    Every process that serves, trains or evaluates imported tasks must see the same store."""
+
+    sources: list[TaskSource] = []
+    """External task sets ([[tasks.sources]] tables); import each with `fathom tasks import NAME`."""
+
+    generated_weight: float = Field(1.0, ge=0.0)
+    """Share of GRPO training tasks from the built-in generators, against the train-role sources' weights
+    (0: train on imported sources only)."""
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> "TasksConfig":
+        names = [s.name for s in self.sources]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"tasks.sources: name(s) {dup} appear more than once; give each source its own name")
+        if self.generated_weight == 0 and not any("train" in s.roles for s in self.sources):
+            raise ValueError("tasks.generated_weight is 0 but no tasks.sources entry has the train role: "
+                             "GRPO would have no tasks; raise generated_weight or add a train source")
+        return self
+
+    def source(self, name: str) -> TaskSource | None:
+        return next((s for s in self.sources if s.name == name), None)

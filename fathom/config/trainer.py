@@ -91,10 +91,12 @@ class TrainerConfig(FathomModel):
     """How long the rollout worker waits for one episode before closing it as unscorable."""
 
     train_split_size: int = Field(1000, gt=0)
-    """Tasks in the training dataset, planned from the train seed block (families round-robin)."""
+    """Tasks in the training dataset: the train seed block's plan (families round-robin), mixed by weight with the
+    imported tasks.sources whose roles include train (tasks.generated_weight; docs/tasks.md)."""
 
     train_max_length: int = Field(2**17, gt=0)
-    """Longest context (characters) of a training task; shorter lengths of the train plan are kept."""
+    """Longest context (characters) of a training task; shorter tasks of the train plan and of imported sources are
+    kept."""
 
     train_families: list[str] = []
     """Task families GRPO trains on (empty: all). A family the policy never solves gives groups whose rewards

@@ -57,17 +57,19 @@ def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
 
     T.configure(cfg.tasks)
     if tasks:
-        from fathom.tasks.record import parse_id
-
         ids = [t.strip() for t in tasks.split(",") if t.strip()]
         for t in ids:
-            try:
-                family = parse_id(t)[0]
+            try:  # a generated id (needle-64k-s1) or an imported one (mydocs-3), checked without reading a context
+                T.describe(t)
             except KeyError as e:
                 die(f"--tasks: {e.args[0]}")
-            if family not in T.FAMILIES:
-                die(f"--tasks: {t!r} names family {family!r}; choose one of {', '.join(T.FAMILIES)}")
+            except ManifestError as e:
+                die(f"--tasks: {e}")
         return ids
+    src = cfg.tasks.source(cfg.eval.split)
+    if src is not None and "eval" not in src.roles:
+        die(f"eval.split {cfg.eval.split!r} is a task source with roles {src.roles}; add \"eval\" to its roles in "
+            "[[tasks.sources]] to evaluate on it")
     try:
         ids = T.load_split(cfg.eval.split)
     except ManifestError as e:

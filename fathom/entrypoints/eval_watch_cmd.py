@@ -18,6 +18,7 @@ def watch(
     config: str = CONFIG_OPTION,
     out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval)."),
     n: int = typer.Option(None, "--n", help="Fixed subset size (default: eval.watch_tasks, 100)."),
+    split: str = typer.Option(None, help="Built-in or imported split (default: eval.split)."),
     stop_at_step: int = typer.Option(None, help="Exit once a checkpoint at or past this step is scored."),
     idle_exit_s: float = typer.Option(None, help="Exit after this long with no new checkpoint (default: never)."),
     start: bool = START_OPTION,
@@ -25,6 +26,8 @@ def watch(
 ) -> None:
     """Score each new complete checkpoint-N once: eval/checkpoint-N.json, eval/summary.json, learning_curve.png."""
     cfg = config_from(ctx, config)
+    if split:
+        cfg.eval.split = split
     from fathom.eval.checkpoints import source_for
 
     out = out or cfg.run_dir / "eval"

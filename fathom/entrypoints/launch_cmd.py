@@ -202,6 +202,12 @@ def launch(
         steps = plan(cfg, config, list(ctx.args))
     except PlanError as e:
         die(str(e))
+    from fathom.tasks import configure, store
+
+    configure(cfg.tasks)
+    if lost := store.missing(cfg.tasks.sources):  # stages would each fail later, after the servers start
+        die(f"task source(s) {', '.join(lost)} are configured but not imported into {str(store.root())!r}; run "
+            + " and ".join(f"`fathom tasks import {n} -c {config}`" for n in lost))
     if dry_run:
         print(sync_line(cfg))
         if cfg.launch.bucket_dir:

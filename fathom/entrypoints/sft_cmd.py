@@ -118,38 +118,52 @@ def sft(
         model_dir = resolve_model(cfg.model)
     except ModelError as e:
         die(str(e))
-    name = cfg.policy_server.served_model_name
-    teacher = create_scripted_app("teach", name, cfg.model.max_model_len, tokenizer_dir=str(model_dir),
-                                  fix_fraction=cfg.sft.fix_fraction)
-    env_url = server_urls(cfg)["env"]
     rows: list[dict] = []
     summaries: list[dict] = []
     cols = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
             TextColumn("{task.fields[info]}"), TimeRemainingColumn())
-    with serve_in_thread(teacher) as teacher_url, \
-            serve_in_thread(create_app(cfg.capture_proxy, upstream_url=teacher_url, base_model=name,
-                                       weight_sync="merged")) as proxy_url:
-        factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_url,
-                                       max_tokens=cfg.trainer.max_completion_tokens, max_turns=cfg.env_server.max_turns)
-        with Progress(*cols, console=console) as bar, ThreadPoolExecutor(workers) as pool:
-            job = bar.add_task("recording teacher episodes", total=len(task_ids), info="")
-            futures = [pool.submit(record_episode, factory, t, cfg.sft.max_length) for t in task_ids]
-            for fut in futures:
-                try:
-                    got, summary = fut.result()
-                except Exception as e:  # noqa: BLE001 - one failed recording is reported, the rest still count
-                    got, summary = [], {"error": str(e)}
-                rows += got
-                summaries.append(summary)
-                kept = sum(1 for s in summaries if s.get("rows"))
-                bar.update(job, advance=1, info=f"kept {kept}")
-                progress_line(console, "recorded teacher episodes", len(summaries), len(task_ids), f"kept {kept}")
-    (out_dir / "episodes.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries))
+    if cfg.sft.demonstrations:  # checked before any episode is recorded: a bad line fails in seconds
+        from fathom.env_server.server.demos import DemoError, rows_from_demonstrations
+        from fathom.env_server.server.tokens import ChatTokens, TemplateError
+
+        try:
+            demos = rows_from_demonstrations(cfg.sft.demonstrations, ChatTokens.load(model_dir), cfg.sft.max_length)
+        except (DemoError, TemplateError) as e:
+            die(str(e))
+        console.print(f"{len(demos)} demonstrations from {cfg.sft.demonstrations}")
+    else:
+        demos = []
+    if cfg.sft.teacher:
+        name = cfg.policy_server.served_model_name
+        teacher = create_scripted_app("teach", name, cfg.model.max_model_len, tokenizer_dir=str(model_dir),
+                                      fix_fraction=cfg.sft.fix_fraction)
+        env_url = server_urls(cfg)["env"]
+        with serve_in_thread(teacher) as teacher_url, \
+                serve_in_thread(create_app(cfg.capture_proxy, upstream_url=teacher_url, base_model=name,
+                                           weight_sync="merged")) as proxy_url:
+            factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_url,
+                                           max_tokens=cfg.trainer.max_completion_tokens,
+                                           max_turns=cfg.env_server.max_turns)
+            with Progress(*cols, console=console) as bar, ThreadPoolExecutor(workers) as pool:
+                job = bar.add_task("recording teacher episodes", total=len(task_ids), info="")
+                futures = [pool.submit(record_episode, factory, t, cfg.sft.max_length) for t in task_ids]
+                for fut in futures:
+                    try:
+                        got, summary = fut.result()
+                    except Exception as e:  # noqa: BLE001 - one failed recording is reported, the rest still count
+                        got, summary = [], {"error": str(e)}
+                    rows += got
+                    summaries.append(summary)
+                    kept = sum(1 for s in summaries if s.get("rows"))
+                    bar.update(job, advance=1, info=f"kept {kept}")
+                    progress_line(console, "recorded teacher episodes", len(summaries), len(task_ids), f"kept {kept}")
+        (out_dir / "episodes.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries))
+        kept = sum(1 for s in summaries if s.get("rows"))
+        console.print(f"recorded {len(summaries)} teacher episodes; {kept} solved without a cut turn -> {len(rows)} rows")
+    rows += demos
     (out_dir / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    kept = sum(1 for s in summaries if s.get("rows"))
-    console.print(f"recorded {len(summaries)} teacher episodes; {kept} solved without a cut turn -> {len(rows)} rows")
     if not rows:
-        die(f"no usable teacher episode; see {out_dir / 'episodes.jsonl'}", code=1)
+        die(f"no usable teacher episode or demonstration; see {out_dir / 'episodes.jsonl'}", code=1)
     with Progress(*cols, console=console) as bar:
         job = bar.add_task("SFT", total=None, info="")
         def on_step(step: int, total: int, loss: float) -> None:

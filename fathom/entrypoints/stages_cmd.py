@@ -59,10 +59,13 @@ def stages(
     config: str = CONFIG_OPTION,
     stage: list[str] = typer.Option(..., help="`base`, or LABEL=ADAPTER_DIR; repeat, in order (base, sft=..., grpo=...)."),
     out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval)."),
+    split: str = typer.Option(None, help="Built-in or imported split (default: eval.split)."),
 ) -> None:
     """Score each stage's weights on the same held-out tasks; pass@1 with intervals and paired stage-to-stage deltas."""
     passive_omp()
     cfg = config_from(ctx, config)
+    if split:
+        cfg.eval.split = split
     plan = parse_stages(stage)
     from fathom.entrypoints.eval_cmd import _task_ids, resolve_adapter, run_eval
     from fathom.entrypoints.launch_cmd import server_urls
@@ -71,7 +74,7 @@ def stages(
     from fathom.policy_server.client import PolicyClientError
     from fathom.policy_server.launch import dev_mode
     from fathom.policy_server.models import ModelError, resolve_model
-    from fathom.tasks.record import parse_id
+    from fathom.tasks import describe
     from fathom.trainer.adapters import AdapterError, serve_merged
     from fathom.trainer.build import policy_state_path
     from fathom.trainer.weight_sync import WeightSyncError
@@ -112,8 +115,8 @@ def stages(
             die(f"stage {label}: {e}", code=1)
         summaries[label] = summary["summary"]
         per_stage[label] = {r["task_id"]: bool(r["correct"]) for r in summary["rows"] if r["scorable"]}
-    # The length is in the task id: no need to regenerate (up to 10M-character) contexts to measure them.
-    beyond = sum(1 for t in ids if parse_id(t)[2] / CHARS_PER_TOKEN > cfg.model.max_model_len) / len(ids)
+    # The length is in the task id or the imported manifest: no (up to 10M-character) context is read to measure it.
+    beyond = sum(1 for t in ids if describe(t)[1] / CHARS_PER_TOKEN > cfg.model.max_model_len) / len(ids)
     boot = {"n": cfg.eval.bootstrap, "confidence": cfg.eval.confidence, "seed": cfg.eval.seed}
     summary = summarize_stages(per_stage, summaries, boot=boot, beyond_fraction=beyond, wall_s=time.monotonic() - t0)
     summary |= {"split": cfg.eval.split, "n_tasks": len(ids), "max_completion_tokens": cfg.trainer.max_completion_tokens,

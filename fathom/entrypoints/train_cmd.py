@@ -62,10 +62,20 @@ def train(
             die(f"--resume: run directory {str(cfg.run_dir)!r} has no checkpoint-N; start without --resume")
         typer.echo(f"resuming from {checkpoint}")
     write_resolved(cfg)
+    from fathom.tasks import configure
+    from fathom.tasks.splits import ManifestError
+
+    configure(cfg.tasks)
+    imported = [(s.name, s.weight) for s in cfg.tasks.sources if "train" in s.roles]
+    try:  # an unimported source or an empty mix fails here, before any model loads
+        task_ids = training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
+                                     cfg.trainer.train_families, imported=imported,
+                                     generated_weight=cfg.tasks.generated_weight,
+                                     order_seed=cfg.trainer.task_order_seed)
+    except (ManifestError, ValueError) as e:
+        die(str(e))
     try:
-        run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress,
-                            task_ids=training_task_ids(cfg.trainer.train_split_size, cfg.trainer.train_max_length,
-                                                       cfg.trainer.train_families, cfg.trainer.task_order_seed),
+        run = build_trainer(cfg, model_path=model_path, endpoints=eps, progress=progress, task_ids=task_ids,
                             rollout_cores=rollout_cores)
     except (TrlVersionError, AnchorDataError, TrainerDeviceError, AttentionError) as e:
         die(str(e))

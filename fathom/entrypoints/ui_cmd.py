@@ -19,7 +19,11 @@ def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_t
     """Build the backend and the page, serve until Ctrl-C, then stop the sandbox and the proxy."""
     from fathom.entrypoints.served import ServedError
     from fathom.entrypoints.ui_backend import Backend
+    from fathom.tasks import configure
     from fathom.ui.app import build_app, launch
+    from fathom.ui.live import example_tasks
+
+    configure(cfg.tasks)  # imported examples resolve from cfg.tasks.store_dir
 
     backend = Backend(cfg, base_url, tokenizer=tokenizer, max_turns=max_turns)
     try:
@@ -36,7 +40,8 @@ def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_t
             # The sandbox and the token path start while the page loads; a failure shows on the first run instead.
             threading.Thread(target=lambda: _warm(backend, model or names[-1]), daemon=True).start()
         eprint(f"fathom ui on http://{host}:{port} against {base_url} ({', '.join(names) or 'no models yet'})")
-        launch(build_app(backend, default_model=model, endpoint=base_url), host=host, port=port)
+        launch(build_app(backend, default_model=model, endpoint=base_url, examples=example_tasks(cfg.tasks)),
+               host=host, port=port)
     finally:
         backend.close()
 

@@ -12,13 +12,24 @@ from typing import Any, Iterable
 
 from fathom.eval.stats import pass_at_1
 from fathom.protocol import EpisodeResult, SubCall, TurnStat
-from fathom.tasks.record import CHARS_PER_TOKEN, length_tag, parse_id
+from fathom.tasks.generate import describe
+from fathom.tasks.record import CHARS_PER_TOKEN, length_tag
 
 # What the sandbox writes when code fails: a traceback, a compile or RestrictedPython refusal, or an
 # exception line. The harness keeps only the text shown to the model, so this reads that text.
 _REPL_ERROR = re.compile(
     r"^(Traceback \(most recent call last\):|code could not be compiled|non-ASCII identifier|Line \d+: |"
     r"[A-Za-z_][\w.]*(Error|Exception): )", re.MULTILINE)
+
+
+def bucket_length(length: int) -> int:
+    """Generated lengths are powers of two (and 10m); an imported document's length rounds up to the next
+    power of two, so results group by scale rather than one bucket per document."""
+    if length <= 1024:
+        return 1024
+    if length & (length - 1) == 0 or length % 2**20 == 0:
+        return length
+    return 1 << (length - 1).bit_length()
 
 
 def repl_error(output: str) -> bool:
@@ -54,7 +65,8 @@ def _sub_tokens(turns: Iterable[TurnStat]) -> int:
 
 def episode_row(res: EpisodeResult) -> dict[str, Any]:
     """The numbers of one episode (the result itself is kept beside it for the report)."""
-    family, _seed, length, _d = parse_id(res.task_id or "")
+    family, length = describe(res.task_id or "")
+    length = bucket_length(length)
     scorable = res.status == "done" and res.reward is not None
     rc = res.reward_components
     all_turns = list(_walk_turns(res.turns))

@@ -8,17 +8,56 @@ from __future__ import annotations
 
 import random
 
+from fathom.tasks import store
 from fathom.tasks.generate import FAMILIES
 from fathom.tasks.record import make_id
 from fathom.tasks.splits import plan
 
 
-def training_task_ids(n: int, max_length: int | None = None, families: list[str] | None = None,
+def training_task_ids(n: int, max_length: int | None = None, families: list[str] | None = None, *,
+                      imported: list[tuple[str, float]] = (), generated_weight: float = 1.0,
                       order_seed: int | None = None) -> list[str]:
-    """The first `n` tasks of the train split's plan (families round-robin), at most `max_length` characters,
-    of `families` only when given. TRL's rollout worker takes them in this order, so without `order_seed` every run
-    trains on the same tasks in the same order; with it each family's tasks are shuffled by that seed and the
-    families stay round-robin, so every stretch of a run still sees each family."""
+    """Up to `n` training task ids: the train split's plan (families round-robin, at most `max_length` characters,
+    of `families` only when given) mixed with imported splits (`(name, weight)`, read from the task store's
+    manifests, no context loaded) in proportion to their weights against `generated_weight`. TRL's rollout worker
+    takes them in this order, so without `order_seed` every run trains on the same tasks in the same order; with it
+    each generated family's tasks are shuffled by that seed and the families stay round-robin, so every stretch of a
+    run still sees each family."""
+    pools: list[tuple[str, float, list[str]]] = []
+    if generated_weight > 0:
+        pools.append(("generated", generated_weight, _generated(n, max_length, families, order_seed)))
+    for name, weight in imported:
+        rows = store.manifest(name)["tasks"]
+        ids = [r["id"] for r in rows if max_length is None or r["length"] <= max_length]
+        if not ids:
+            raise ValueError(f"imported split {name!r} has no task of at most {max_length} characters; raise "
+                             "trainer.train_max_length or import shorter documents")
+        pools.append((name, weight, ids))
+    if not pools:
+        raise ValueError("no training tasks: tasks.generated_weight is 0 and no imported split has the train role")
+    return mix(pools, n)
+
+
+def mix(pools: list[tuple[str, float, list[str]]], n: int) -> list[str]:
+    """Interleave pools by weight (smooth weighted round-robin), each id at most once, up to `n` ids in all."""
+    taken = [0] * len(pools)
+    credit = [0.0] * len(pools)
+    out: list[str] = []
+    while len(out) < n:
+        live = [i for i, (_, _, ids) in enumerate(pools) if taken[i] < len(ids)]
+        if not live:
+            break
+        total = sum(pools[i][1] for i in live)
+        for i in live:
+            credit[i] += pools[i][1]
+        i = max(live, key=lambda j: credit[j])
+        credit[i] -= total
+        out.append(pools[i][2][taken[i]])
+        taken[i] += 1
+    return out
+
+
+def _generated(n: int, max_length: int | None, families: list[str] | None, order_seed: int | None) -> list[str]:
     unknown = sorted(set(families or ()) - set(FAMILIES))
     if unknown:
         raise ValueError(f"trainer.train_families names unknown families {unknown}; choose from {', '.join(FAMILIES)}")

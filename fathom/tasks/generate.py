@@ -45,6 +45,10 @@ def get_task(task_id: str) -> Task:
     """Regenerate a task from its id (or return a registered loaded task); KeyError if unknown."""
     if task_id in _registry:
         return _registry[task_id]
+    from fathom.tasks import store
+
+    if store.parse(task_id) is not None:
+        return store.load(task_id)  # an imported split's row, from the pinned store on disk
     family, seed, length, distractors = parse_id(task_id)
     if family not in MODULES:
         raise KeyError(f"unknown task id {task_id!r}: family {family!r} is not one of {', '.join(FAMILIES)}")
@@ -55,6 +59,22 @@ def get_task(task_id: str) -> Task:
     if task.id != task_id:  # one spelling per task, so ids stay usable as keys
         raise KeyError(f"unknown task id {task_id!r}: write it as {task.id!r}")
     return task
+
+
+def describe(task_id: str) -> tuple[str, int]:
+    """(family, context length) of any task id without building its context; KeyError if unknown."""
+    if task_id in _registry:
+        t = _registry[task_id]
+        return t.family, len(t.context)
+    from fathom.tasks import store
+
+    if store.parse(task_id) is not None:
+        return store.describe(task_id)
+    family, _seed, length, _d = parse_id(task_id)
+    if family not in MODULES:
+        raise KeyError(f"unknown task id {task_id!r}: it names family {family!r}; choose one of {', '.join(FAMILIES)} "
+                       "or an imported split's NAME-ROW")
+    return family, length
 
 
 _QUESTION = re.compile(r"/q(\d+)(?:\+|$)")

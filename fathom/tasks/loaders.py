@@ -2,7 +2,8 @@
 
 Each row needs a question, a context and an answer; field names are configurable so public
 long-context sets load without conversion. Loaded tasks are registered, so `get_task(id)`
-finds them in this process.
+finds them in this process only; `fathom tasks import` (tasks/store.py) pins them where every
+process (env server, trainer, evaluator) can find them.
 """
 
 from __future__ import annotations
@@ -23,8 +24,13 @@ DEFAULT_FIELDS = {"id": "id", "question": "question", "context": "context", "ans
                   "aliases": "aliases", "type": "answer_type", "family": "family"}
 
 
+JUDGED_TYPES = ("free", "freeform", "free-form", "free_form", "judge", "llm", "rouge", "f1")
+"""Answer types that need a judge model or a soft text metric: refused, since a training reward must be checkable."""
+
+
 def _row_to_task(row: Any, n: int, source: str, fields: dict[str, str], prefix: str,
-                 max_context_chars: int = MAX_CONTEXT_CHARS) -> Task:
+                 max_context_chars: int = MAX_CONTEXT_CHARS, *, answer_type: str = "", list_answers: str = "set",
+                 token_budget: int = 4000, family: str = "external") -> Task:
     f = {**DEFAULT_FIELDS, **fields}
     where = f"{source} row {n}"
     if not isinstance(row, dict):
@@ -54,21 +60,37 @@ def _row_to_task(row: Any, n: int, source: str, fields: dict[str, str], prefix: 
         except ValidationError as e:
             raise ValueError(f"{where}: answer object is not a gold record: {e.errors(include_url=False)[0]['msg']} "
                              f"at {'.'.join(str(p) for p in e.errors()[0]['loc'])}") from None
+    elif isinstance(gold_raw, list) and list_answers == "aliases":
+        spellings = [str(x) for x in gold_raw if str(x).strip()]
+        if not spellings:
+            raise ValueError(f"{where}: {f['answer']!r} is an empty list; each row needs at least one answer")
+        atype = _answer_type(row.get(f["type"]) or answer_type or "string", where, f["type"])
+        gold = Gold(answer=spellings[0], aliases=spellings[1:] + [str(a) for a in row.get(f["aliases"]) or []],
+                    type=atype)
     elif isinstance(gold_raw, list):
         items = [str(x) for x in gold_raw]
         gold = Gold(answer="; ".join(items), type="set", items=items)
     else:
-        atype = row.get(f["type"]) or ("number" if isinstance(gold_raw, (int, float)) else "string")
-        if atype not in ("number", "string", "set"):
-            raise ValueError(f"{where}: answer type {atype!r} must be number, string or set")
+        atype = _answer_type(row.get(f["type"]) or answer_type
+                             or ("number" if isinstance(gold_raw, (int, float)) else "string"), where, f["type"])
         gold = Gold(answer=str(gold_raw), aliases=[str(a) for a in row.get(f["aliases"]) or []], type=atype)
     context = str(row[f["context"]])
     task_id = str(row.get(f["id"]) or f"{prefix}-{n}")
     meta = TaskMetadata(length_chars=len(context), est_tokens=len(context) // CHARS_PER_TOKEN, difficulty=1,
                         distractors=False, generator_version="external", seed=n, split="external",
                         template=f"external/{source}", haystack=f"external/{source}",
-                        token_budget=int(row.get("token_budget") or 4000))
-    return Task(task_id, str(row.get(f["family"]) or "external"), str(row[f["question"]]), context, gold, meta)
+                        token_budget=int(row.get("token_budget") or token_budget))
+    return Task(task_id, str(row.get(f["family"]) or family), str(row[f["question"]]), context, gold, meta)
+
+
+def _answer_type(atype: Any, where: str, column: str) -> str:
+    if str(atype).lower() in JUDGED_TYPES:
+        raise ValueError(f"{where}: answer type {atype!r} needs a judge model or a soft text metric, which the "
+                         "training reward does not use; map the answer to string (exact after normalisation, with "
+                         "aliases), number (tolerance) or set (F1), or leave this row out")
+    if atype not in ("number", "string", "set"):
+        raise ValueError(f"{where}: answer type {atype!r} (column {column!r}) must be number, string or set")
+    return atype
 
 
 def from_rows(rows: Iterable[dict[str, Any]], source: str, fields: dict[str, str] | None = None,

@@ -86,12 +86,7 @@ class Task:
 
     def digest(self) -> str:
         """SHA-256 over id, question, context and gold: the manifest's per-task checksum."""
-        h = hashlib.sha256()
-        for part in (self.id, self.question, self.gold.model_dump_json()):
-            h.update(part.encode())
-            h.update(b"\0")
-        h.update(self.context.encode())
-        return h.hexdigest()
+        return task_digest(self.id, self.question, self.gold, self.context.encode())
 
     def gold_digest(self) -> str:
         """SHA-256 over id, question and gold only; independent of the haystack text."""
@@ -103,6 +98,16 @@ class Task:
         if context:
             d["context"] = self.context
         return d
+
+
+def task_digest(task_id: str, question: str, gold: Gold, context: bytes) -> str:
+    """`Task.digest` from the context's UTF-8 bytes, so an importer that already holds them makes no second copy."""
+    h = hashlib.sha256()
+    for part in (task_id, question, gold.model_dump_json()):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(context)
+    return h.hexdigest()
 
 
 def length_tag(length: int) -> str:

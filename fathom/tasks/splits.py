@@ -73,21 +73,28 @@ _settings: dict[str, Any] = {"manifest_dir": "", "verify_on_load": False}
 
 def configure(cfg: Any) -> None:
     """Apply a `TasksConfig`: haystack kind, manifest directory, verification on load."""
+    from fathom.tasks import store
+
     haystack.set_default(None if cfg.haystack == "auto" else cfg.haystack)
     _settings.update(manifest_dir=cfg.manifest_dir, verify_on_load=cfg.verify_on_load)
+    store.set_root(cfg.store_dir)
 
 
 def manifest_path(split: str, directory: str | Path | None = None) -> Path:
     return Path(directory or _settings["manifest_dir"] or SPLITS_DIR) / f"{split}.json"
 
 
+def render(manifest: dict[str, Any]) -> str:
+    """A manifest as text: one task per line keeps the pinned files diffable and small."""
+    head = {k: v for k, v in manifest.items() if k != "tasks"}
+    body = ",\n".join("  " + json.dumps(r, separators=(",", ":")) for r in manifest["tasks"])
+    return json.dumps(head, indent=1)[:-2] + ',\n "tasks": [\n' + body + "\n ]\n}\n"
+
+
 def write(manifest: dict[str, Any], directory: str | Path | None = None) -> Path:
     path = manifest_path(manifest["split"], directory)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # One task per line keeps the pinned files diffable and small.
-    head = {k: v for k, v in manifest.items() if k != "tasks"}
-    body = ",\n".join("  " + json.dumps(r, separators=(",", ":")) for r in manifest["tasks"])
-    path.write_text(json.dumps(head, indent=1)[:-2] + ',\n "tasks": [\n' + body + "\n ]\n}\n")
+    path.write_text(render(manifest))
     return path
 
 
@@ -124,7 +131,17 @@ def verify(manifest: dict[str, Any]) -> dict[str, int]:
 
 
 def load_split(name: str, *, verify_sha: bool | None = None, directory: str | Path | None = None) -> list[str]:
-    """Task ids of a pinned split; with verify_sha (default: tasks.verify_on_load), check each SHA-256."""
+    """Task ids of a pinned split, built-in or imported (`fathom tasks import`); with verify_sha (default:
+    tasks.verify_on_load), check each SHA-256."""
+    if name not in SPLITS:
+        from fathom.tasks import store
+
+        if not store.has(name):
+            raise ManifestError(f"split {name!r} is unknown: neither built in ({', '.join(SPLITS)}) nor imported into "
+                                f"{str(store.root())!r}; import it with `fathom tasks import {name}`")
+        if verify_sha or (verify_sha is None and _settings["verify_on_load"]):
+            store.verify(name)
+        return store.load_split(name)
     data = read(name, directory)
     if verify_sha or (verify_sha is None and _settings["verify_on_load"]):
         verify(data)

@@ -33,8 +33,12 @@ def read_document(text: str | None, upload: str | None) -> str:
     return text or ""
 
 
-def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endpoint: str = "") -> Any:
+def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endpoint: str = "",
+              examples: list[str] | None = None) -> Any:
+    """`examples`: the picker's task ids (default: the built-in ones; `live.example_tasks` adds imported rows)."""
     import gradio as gr
+
+    examples = list(examples or EXAMPLE_TASKS)
 
     def refresh_models() -> Any:
         try:
@@ -100,8 +104,8 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
                 question = gr.Textbox(label="Question", lines=2, elem_id="question")
                 expected = gr.Textbox(label="Expected answer (optional: scores the episode)", elem_id="expected")
                 with gr.Row():
-                    example_id = gr.Dropdown(label="Example task", choices=list(EXAMPLE_TASKS),
-                                             value=EXAMPLE_TASKS[0], elem_id="example-id", scale=3)
+                    example_id = gr.Dropdown(label="Example task", choices=examples,
+                                             value=examples[0], elem_id="example-id", scale=3)
                     load = gr.Button("Load example", elem_id="load-example", scale=1)
                 example = gr.State("")
                 go = gr.Button("Run episode", variant="primary", elem_id="run")

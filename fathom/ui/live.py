@@ -21,6 +21,21 @@ EXAMPLE_TASKS = ("needle-16k-s1000000", "kv_chain-16k-s1000001", "aggregate-8k-s
                  "code_qa-16k-s1000004", "needle-256k-s1000005")
 """Test-split tasks the page offers as examples (`Load example`): one per family, plus one past a small window."""
 
+IMPORTED_EXAMPLES = 3
+"""Rows offered from each imported eval-role source (tasks.sources) that is in the task store."""
+
+
+def example_tasks(tasks_cfg: Any = None) -> list[str]:
+    """The picker's ids: the built-in examples, then the first rows of each imported split with the eval role."""
+    from fathom.tasks import store
+
+    out = list(EXAMPLE_TASKS)
+    for src in getattr(tasks_cfg, "sources", []):
+        if "eval" in src.roles and store.has(src.name):
+            out += store.load_split(src.name)[:IMPORTED_EXAMPLES]
+    return out
+
+
 CUSTOM_TOKEN_BUDGET = 4000
 """The token budget of a question scored against an answer typed into the page (as for external task files)."""
 

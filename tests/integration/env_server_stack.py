@@ -64,7 +64,7 @@ class Stack:
         self.upstream_url = self.proxy_url = self.env_url = ""
 
     def start(self, *, upstream_url: str | None = None, policy: str = "reference", model: str = "fathom-base",
-              env_overrides: dict[str, object] | None = None, proxy_up: bool = True) -> "Stack":
+              env_overrides: dict[str, object] | None = None, proxy_up: bool = True, extra_toml: str = "") -> "Stack":
         env_overrides = dict(env_overrides or {})
         if upstream_url is None:
             port = free_port()
@@ -89,6 +89,7 @@ class Stack:
             f'[policy_server]\nserved_model_name = "{model}"\n\n'
             f'[capture_proxy]\nport = {pport}\nupstream_url = "{self.upstream_url}"\n\n'
             f'[env_server]\nport = {eport}\nproxy_url = "{self.proxy_url}"\n{env_lines}\n'
+            f'{extra_toml}'
         )
         if proxy_up:
             self.procs.append(Proc("capture proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)],

@@ -104,3 +104,37 @@ def test_reading_etc_passwd_is_refused(container, code):
         out = env.step({"code": code + "\nprint('ESCAPED')"}).observation["output"]
     assert "root:" not in out and "ESCAPED" not in out, out
     assert "Error" in out, out
+
+
+def test_an_imported_split_served_from_a_mounted_store(container, tmp_path):
+    """The host's task store mounted read-only at the image's $FATHOM_HOME/tasks serves `mydocs-N` ids."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    from fathom.config.tasks import TaskSource
+    from fathom.tasks import store
+
+    src = tmp_path / "mydocs.jsonl"
+    src.write_text('{"question": "Which code?", "context": "' + "filler " * 200 + 'the code is 4711.", "answer": 4711}\n')
+    store.set_root(tmp_path / "store")
+    try:
+        store.import_source(TaskSource(name="mydocs", kind="jsonl", path=str(src)))
+    finally:
+        store.set_root(None)
+    name, port = f"fathom-test-store-{free_port()}", free_port()
+    ci.run_container(name, port, extra=["-v", f"{tmp_path / 'store'}:/home/user/.cache/fathom/tasks:ro"])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        with GenericEnvClient(base_url=url, headers=token_headers(ci.TOKEN)).sync() as env:
+            obs = env.reset(task_id="mydocs-0").observation
+            assert obs["task_id"] == "mydocs-0" and obs["context_chars"] == len("filler " * 200) + 17
+            r = env.step({"code": "FINAL(context.split()[-1].rstrip('.'))"})
+            assert r.done and r.observation["reward_components"]["correct"]
+    finally:
+        print(ci.stop_container(name)[-2000:])

@@ -88,7 +88,7 @@ def own_vllm(model_dir: Path, log_dir: Path, *, eager: bool = True) -> Iterator[
 
 @contextmanager
 def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, tokenizer: Path, max_turns: int = 2,
-                 token_budget_scale: float = 0.2) -> Iterator[TrainStack]:
+                 token_budget_scale: float = 0.2, extra_toml: str = "") -> Iterator[TrainStack]:
     """`tokenizer`: the served model's directory; the env server renders prompts with it (without it, it would
     look for the embedded model, which only `fathom model prepare` puts in the cache)."""
     pport, eport = free_port(), free_port()
@@ -101,6 +101,7 @@ def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, tokenizer: Path
         f'tokenizer = "{tokenizer}"\n'
         f'sub_rlm_max_turns = {max_turns}\n\n'
         f'[tasks.reward]\ntoken_budget_scale = {token_budget_scale}\n'
+        f'{extra_toml}'
     )
     procs = [Proc("capture proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)], tmp / "proxy.log"),
              Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],

@@ -39,6 +39,8 @@ def load_task(task_id: str | None, family: str | None, seed: int | None, length:
             return tasks.get_task(task_id)
         except KeyError as e:  # tasks' message names the id and the expected form
             raise NotFound(str(e.args[0]) if e.args else f"unknown task id {task_id!r}") from None
+        except ValueError as e:  # an imported task whose pinned manifest or stored context changed on disk
+            raise Conflict(str(e)) from None
     missing = [n for n, v in (("family", family), ("seed", seed), ("length", length)) if v is None]
     if missing:
         raise InvalidRequest(f"no task named: give task_id, or family + seed + length (missing: {', '.join(missing)})")

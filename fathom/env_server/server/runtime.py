@@ -50,6 +50,9 @@ class Runtime:
         self.episodes: EpisodeManager | None = None
         self.step_store = StepStore(es.max_concurrent_envs, es.http_episode_idle_s, es.result_retention_s)
         self.tasks = TaskCache(es.task_cache_chars)
+        from fathom import tasks
+
+        tasks.configure(cfg.tasks)  # imported ids resolve from cfg.tasks.store_dir, as in the trainer and evaluator
 
     def load_task(self, task_id: str | None, family: str | None, seed: int | None, length: int | None) -> Any:
         """`episodes.load_task` through the cache (blocking: call it in the executor)."""

@@ -41,3 +41,31 @@ def test_bad_split_fails_clearly(tmp_path) -> None:
     assert r.exit_code == 2 and "unknown" in r.output
     r = runner.invoke(app, ["tasks", "stats", "--split", "test", "--dir", str(tmp_path)])
     assert r.exit_code == 2 and "fathom tasks build" in r.output
+
+
+def test_import_show_verify_stats_and_refusal(tmp_path, monkeypatch) -> None:
+    from fathom.tasks import store
+
+    monkeypatch.setenv("FATHOM_HOME", str(tmp_path / "home"))
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"id": f"r{i}", "q": f"Which code? {i}", "doc": f"the code is {i}. " * 30,
+                                       "a": str(i)}) + "\n" for i in range(3)))
+    fields = ["--field", "question=q", "--field", "context=doc", "--field", "answer=a"]
+    try:
+        r = runner.invoke(app, ["tasks", "import", str(src), "--name", "mydocs", "--no-progress", *fields])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["n"] == 3
+        assert (tmp_path / "home" / "tasks" / "splits" / "mydocs.json").is_file()
+        d = json.loads(runner.invoke(app, ["tasks", "show", "mydocs-1", "--chars", "11"]).output)
+        assert d["context"] == "the code is" and d["gold"]["answer"] == "1" and d["metadata"]["extra"]["source_id"] == "r1"
+        assert json.loads(runner.invoke(app, ["tasks", "verify", "--split", "mydocs"]).output)["checked"] == 3
+        assert json.loads(runner.invoke(app, ["tasks", "stats", "--split", "mydocs"]).output)["mydocs"]["n"] == 3
+        src.write_text(src.read_text().replace('"a": "2"', '"a": "7"'))
+        r = runner.invoke(app, ["tasks", "import", str(src), "--name", "mydocs", "--no-progress", *fields])
+        assert r.exit_code == 2 and "changes pinned task mydocs-2" in r.output and "--force" in r.output
+        r = runner.invoke(app, ["tasks", "import", str(src), "--name", "mydocs", "--no-progress", "--force", *fields])
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["tasks", "import", str(src), "--name", "x", "--field", "question"])
+        assert r.exit_code == 2 and "OURS=THEIRS" in r.output
+    finally:
+        store.set_root(None)
