@@ -150,7 +150,7 @@ test-all: setup
 # learning_seeds.py trains GRPO several times from a given SFT adapter (1-2 hours on 2 cores), so it runs on request;
 # gpu_device_check.py needs a GPU (bench/gpu_device_check.sh).
 bench: setup
-	for b in bench/*.py; do case $$b in bench/learning.py|bench/learning_seeds.py|bench/gpu_smoke_report.py|bench/faults.py|bench/gpu_device_check.py) ;; *) $(VENV)/bin/python $$b ;; esac; done
+	for b in bench/*.py; do case $$b in bench/learning.py|bench/learning_seeds.py|bench/gpu_smoke_report.py|bench/gpu_device_check.py) ;; *) $(VENV)/bin/python $$b ;; esac; done
 
 clean:
 	rm -rf $(STAMPS) runs .pytest_cache

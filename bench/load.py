@@ -2,7 +2,7 @@
 
 64 concurrent episodes, then 256 queued at once; zero failed episodes each, episode and proxy p99 latencies,
 and RSS growth of the servers (every process in their groups: the env server's sandbox zygote and workers
-included). Then every fault scenario of issue 14 (`bench/faults.py`), run here, each a target.
+included). Then every fault scenario of issue 14 (`tests/integration/faults.py`), run here, each a target.
 
 Prints one JSON object whose `targets` list holds {name, value, target, met}. Each measurement is a function
 in MEASUREMENTS taking (stack, report) and returning its targets; the last spreads episodes over two env
@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import faults, load_spread
+from bench import load_spread
+from tests.integration import faults
 from fathom.tasks import load_split
 from fathom.unwind import sigterm_unwinds
 

@@ -15,54 +15,14 @@ import argparse
 import json
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fathom.rollout_worker.session import FathomSessionFactory
-from fathom.tasks import load_split
-from tests.integration.env_server_stack import running_stack
+from tests.integration.env_server_stack import run_factory, running_stack, short_tasks
 from fathom.unwind import sigterm_unwinds
-
-
-def short_tasks(n: int, max_chars: int = 16_000) -> list[str]:
-    """Test-split task ids with short contexts, repeated to `n` (the number of episodes, not of tasks)."""
-    from fathom.tasks import get_task
-
-    ids = [t for t in load_split("test") if get_task(t).metadata.length_chars <= max_chars][:16]
-    return [ids[i % len(ids)] for i in range(n)]
-
-
-def run_factory(proxy_url: str, env_urls: list[str], task_ids: list[str], concurrency: int) -> dict[str, Any]:
-    """Every task as one rollout through the factory; wall time, per-server counts and failures."""
-    factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_urls, max_tokens=256, max_turns=4,
-                                   timeout_s=300.0)
-
-    def one(i_task: tuple[int, str]) -> dict[str, Any]:
-        i, task = i_task
-        session = factory.create(task, seed=i, episode_id=f"spread-{len(env_urls)}-{i}-{time.time_ns():x}")
-        try:
-            status = session.wait_for_completion(300.0)
-            trace = session.fetch_training_trace() if status == 0 else None
-            verdict = session.verify([])
-            return {"server": session.env_index, "status": session.result.status if session.result else "?",
-                    "reward": verdict.env_reward, "turns": len(trace.turns) if trace else 0}
-        finally:
-            session.close()
-
-    t0 = time.perf_counter()
-    with ThreadPoolExecutor(concurrency) as pool:
-        results = list(pool.map(one, enumerate(task_ids)))
-    wall = time.perf_counter() - t0
-    counts = [sum(1 for r in results if r["server"] == k) for k in range(len(env_urls))]
-    failed = [r for r in results if r["status"] != "done"]
-    return {"episodes": len(results), "wall_s": round(wall, 2), "episodes_per_s": round(len(results) / wall, 3),
-            "per_server": counts, "failed": len(failed), "solved": sum(1 for r in results if (r["reward"] or 0) > 0.5),
-            "in_flight_left": list(factory.balancer.in_flight)}
 
 
 def measure(episodes: int = 48, concurrency: int = 8) -> dict[str, Any]:

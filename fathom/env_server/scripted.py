@@ -17,7 +17,7 @@ Given a real tokenizer (`tokenizer_dir`), it also plays the token path like vLLM
 renders with that tokenizer's chat template, and `/v1/completions` takes a token-id prompt, reads
 the conversation back out of it and samples the reply's ids plus the end-of-turn token.
 
-For fault injection (`bench/faults.py`) it takes faults at run time (`POST /scripted/fault`: a delay per
+For fault injection (`tests/integration/faults.py`) it takes faults at run time (`POST /scripted/fault`: a delay per
 call, dropped logprobs) and answers vLLM's weight-sync dev routes (`/pause`, `/resume`,
 `/reset_prefix_cache`, `/collective_rpc` reload_weights), remembering the last weights path it was given
 (`GET /scripted/weights`), so a supervisor's re-applied weights can be checked.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.load_spread import run_factory, short_tasks
+from tests.integration.env_server_stack import run_factory, short_tasks
 from tests.integration.env_server_stack import running_stack
 
 

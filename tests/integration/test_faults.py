@@ -1,6 +1,6 @@
 """Issue 14's fault table on real processes: each fault leads to its required outcome.
 
-The scenarios live in `bench/faults.py`, so `bench/load.py` runs the very same ones. Servers run under the
+The scenarios live in `tests/integration/faults.py`, so `bench/load.py` runs the very same ones. Servers run under the
 launch supervisor with the scripted upstream as the policy server (token path, tiny model's tokenizer), one
 stack for the module: every scenario leaves it healthy. The trainer-kill row is
 `test_trainer.py::test_resume_after_kill_continues_step_count_adapter_and_optimizer` (slow: it needs a real
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import faults
+from tests.integration import faults
 
 pytestmark = pytest.mark.integration
 

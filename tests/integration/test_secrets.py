@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.load_spread import run_factory, short_tasks
+from tests.integration.env_server_stack import run_factory, short_tasks
 from fathom.config import load_config, write_resolved
 from fathom.config.security import SHARED_TOKEN_ENV
 from fathom.eval.export import export

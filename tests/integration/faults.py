@@ -27,13 +27,11 @@ from typing import Any, Callable, Iterator
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 from fathom.entrypoints.recovery import reapply_version, reapply_weights
 from fathom.entrypoints.supervisor import Restarts, Supervisor
 from tests.ports import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FATHOM = [sys.executable, "-m", "fathom.entrypoints.cli"]
 TASK = "needle-2k-s1"
