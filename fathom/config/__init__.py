@@ -138,6 +138,9 @@ class FathomConfig(FathomModel):
                 "sync; NCCL sends the trainer's dtype, which only the disk reload converts: set "
                 "policy_server.merged_sync = 'disk', use weight_sync = 'adapter', or dtype = 'model'"
             )
+        if ps.lora_modules and not ps.enable_lora:
+            raise ValueError("policy_server.lora_modules names adapters but policy_server.enable_lora is false; "
+                             "enable LoRA or drop the adapters")
         if ps.weight_sync == "adapter" and not ps.enable_lora:
             raise ValueError(
                 "policy_server.weight_sync is 'adapter' but policy_server.enable_lora is false; "

@@ -50,6 +50,9 @@ class PolicyServerConfig(FathomModel):
     max_lora_rank: int = 16
     """Largest adapter rank vLLM accepts; the trainer's LoRA rank must not exceed it."""
 
+    lora_modules: list[str] = []
+    """Adapters vLLM serves from start-up, as `NAME=DIRECTORY` (requested as model NAME); `fathom serve` sets it."""
+
     max_loras: int = 4
     """Adapter slots resident at once; must cover every policy version still in flight."""
 
@@ -89,6 +92,15 @@ class PolicyServerConfig(FathomModel):
 
     extra_args: list[str] = []
     """Extra command-line arguments appended to the vLLM invocation."""
+
+    @field_validator("lora_modules")
+    @classmethod
+    def _lora_modules(cls, v: list[str]) -> list[str]:
+        for m in v:
+            name, sep, path = m.partition("=")
+            if not (sep and name.strip() and path.strip()):
+                raise ValueError(f"lora_modules entry {m!r} is not NAME=DIRECTORY")
+        return v
 
     @field_validator("cpu_cores", mode="before")
     @classmethod

@@ -105,7 +105,9 @@ def ask(
     except asyncio.TimeoutError:
         die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")
     except Exception as e:  # noqa: BLE001 - proxy, engine or sandbox failure: say which and stop
-        die(f"the episode failed: {e}")
+        from fathom.ui.errors import error_text
+
+        die(f"the episode failed: {error_text(e)}")
     tree = Tree(f"[bold]{question}[/]")
     _tree(turns, tree)
     console.print(tree)

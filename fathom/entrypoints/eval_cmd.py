@@ -195,19 +195,35 @@ def eval_(
     _print(results, paths)
 
 
+def eval_plan(cfg, env_url: str, proxy_url: str, *, adapters=(), model: str | None = None, base: bool = True,
+              label: str | None = None):
+    """(target, adapter dir or None) in the order they are scored; see `run_eval`."""
+    from fathom.eval.runner import EvalTarget
+
+    stamp = int(time.time())
+    plan: list[tuple[EvalTarget, Path | None]] = []
+    if model:
+        plan.append((EvalTarget(env_url, proxy_url, model, label=label or model), None))
+    if not model and (base or not adapters):
+        plan.append((EvalTarget(env_url, proxy_url, cfg.policy_server.served_model_name, label="base"), None))
+    plan += [(EvalTarget(env_url, proxy_url, f"{cfg.eval.adapter_name_prefix}{name}-{stamp}", label=name), Path(path))
+             for name, path in adapters]
+    return plan
+
+
 def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str], adapters: list[tuple[str, Path]] = (),
              model: str | None = None, base: bool = True, split: str | None = None, quiet: bool = False,
-             progress_label: str | None = None):
+             progress_label: str | None = None, label: str | None = None):
     """Score the base (unless `base` is False or `model` names one served model) and each (label, adapter dir)
     on `task_ids` against a running stack (`urls` = policy, proxy, env); writes the outputs under `out`.
     `progress_label` prefixes the progress lines instead of the served name (the main job's stage label).
+    `label` names the results of `model` (default: the served name); the served name stays beside it as `model`.
 
     The main job calls this in-process for its final base/SFT/GRPO numbers. Returns (results, paths).
     Raises `EvalError` or `PolicyClientError` when a server is down or an adapter cannot be loaded.
     """
     from fathom.eval.evaluate import build_results, run_models
     from fathom.eval.report import write_outputs
-    from fathom.eval.runner import EvalTarget
     from fathom.policy_server.client import PolicyClient
     from fathom.protocol import EpisodeLimits, Sampling
 
@@ -215,14 +231,7 @@ def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str],
     policy_url, proxy_url, env_url = urls
     sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
     limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
-    stamp = int(time.time())
-    plan: list[tuple[EvalTarget, Path | None]] = []
-    if model:
-        plan.append((EvalTarget(env_url, proxy_url, model, label=model), None))
-    if not model and (base or not adapters):
-        plan.append((EvalTarget(env_url, proxy_url, cfg.policy_server.served_model_name, label="base"), None))
-    plan += [(EvalTarget(env_url, proxy_url, f"{cfg.eval.adapter_name_prefix}{label}-{stamp}", label=label), Path(path))
-             for label, path in adapters]
+    plan = eval_plan(cfg, env_url, proxy_url, adapters=adapters, model=model, base=base, label=label)
     if not quiet:
         eprint(_header([t for t, _ in plan], len(ids), progress_label))
     t0, episodes = time.monotonic(), {}

@@ -103,9 +103,11 @@ def stages(
                     if old.name != label:
                         shutil.rmtree(old, ignore_errors=True)
                 typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
+                # Every stage is served under the one base name: its results are labelled by stage, the served
+                # name beside it, so the report and the model card never call the GRPO weights `fathom-base`.
                 results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
-                                      model=name, progress_label=label)
-                summary = results["models"][name]
+                                      model=name, label=label, progress_label=label)
+                summary = results["models"][label]
             else:
                 adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []
                 results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),

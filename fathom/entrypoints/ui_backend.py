@@ -18,20 +18,34 @@ from typing import Any
 
 from fathom.config import FathomConfig
 from fathom.entrypoints.served import list_models, served, token_path
+from fathom.ui.errors import error_text
 from fathom.ui.live import LiveEpisode
 from fathom.ui.tree import Outcome
 
 
+START_TIMEOUT_S = 120.0
+"""How long a page's run waits for its base's runtime to start (sandbox zygote, tokenizer, the template check
+against the engine: about 10 s on 2 idle cores, far longer on a machine short of memory)."""
+
+
+class RuntimeStartError(RuntimeError):
+    """The episode runtime for a base did not start (or not in time); the message says which and what to do."""
+
+
 class Backend:
-    def __init__(self, cfg: FathomConfig, base_url: str, *, tokenizer: str | None = None, max_turns: int | None = None):
+    def __init__(self, cfg: FathomConfig, base_url: str, *, tokenizer: str | None = None, max_turns: int | None = None,
+                 start_timeout_s: float = START_TIMEOUT_S):
         self.cfg, self.base_url, self.tokenizer = cfg, base_url.rstrip("/"), tokenizer
         self.max_turns = max_turns or cfg.env_server.max_turns
+        self.start_timeout_s = start_timeout_s
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="fathom-ui-episodes", daemon=True)
         self._thread.start()
         self._servers = contextlib.ExitStack()
-        self._bases: dict[str, tuple[Any, str, str]] = {}
-        """base model -> (Runtime, proxy URL, path note)."""
+        self._starter = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fathom-ui-start")
+        self._starts: dict[str, concurrent.futures.Future[tuple[Any, str, str]]] = {}
+        """base model -> its start: (Runtime, proxy URL, path note). A start that outlives one run's wait goes on,
+        and the next run waits on the same one: a runtime is never started twice."""
         self._start_lock = threading.Lock()
 
     def models(self) -> list[tuple[str, str]]:
@@ -47,25 +61,43 @@ class Backend:
         self._base(served(self.base_url, model)[1])
 
     def _base(self, base: str) -> tuple[Any, str, str]:
-        """The Runtime and proxy for `base`, started on first use (blocking; call outside the loop)."""
+        """The Runtime and proxy for `base`, started on first use; waits at most `start_timeout_s` for it.
+        Raises `RuntimeStartError` with the cause (never an empty message), and retries a start that failed."""
         with self._start_lock:
-            if base in self._bases:
-                return self._bases[base]
-            from fathom.capture_proxy.app import create_app
-            from fathom.entrypoints.common import serve_in_thread
-            from fathom.env_server.server.runtime import Runtime
+            fut = self._starts.get(base)
+            if fut is None or (fut.done() and fut.exception() is not None):
+                fut = self._starts[base] = self._starter.submit(self._start, base)
+        try:
+            return fut.result(timeout=self.start_timeout_s)
+        except Exception as e:
+            if not fut.done():  # our wait ran out, not the start: it goes on, and the next run waits on it
+                raise RuntimeStartError(
+                    f"the episode runtime for {base!r} (sandbox, tokenizer, chat-template check against "
+                    f"{self.base_url}) did not start within {self.start_timeout_s:.0f} s; it is still starting: run "
+                    "again in a minute. A machine short of memory or CPU does this: an unbounded vLLM KV cache on CPU "
+                    "fills memory (`fathom serve` bounds it; docs/policy_server.md)") from None
+            raise RuntimeStartError(f"could not start the episode runtime for {base!r}: {error_text(e)}") from e
 
-            cfg = copy.deepcopy(self.cfg)
-            tokenizer_dir, note = token_path(self.base_url, base, self.tokenizer)
-            cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
-            cfg.env_server.tokenizer = tokenizer_dir or ""
-            app = create_app(cfg.capture_proxy, upstream_url=self.base_url, base_model=base, weight_sync="merged")
-            proxy_url = self._servers.enter_context(serve_in_thread(app))
+    def _start(self, base: str) -> tuple[Any, str, str]:
+        """Start `base`'s proxy and Runtime (blocking, in the starter thread); on failure nothing is left running."""
+        from fathom.capture_proxy.app import create_app
+        from fathom.entrypoints.common import serve_in_thread
+        from fathom.env_server.server.runtime import Runtime
+
+        cfg = copy.deepcopy(self.cfg)
+        tokenizer_dir, note = token_path(self.base_url, base, self.tokenizer)
+        cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
+        cfg.env_server.tokenizer = tokenizer_dir or ""
+        app = create_app(cfg.capture_proxy, upstream_url=self.base_url, base_model=base, weight_sync="merged")
+        with contextlib.ExitStack() as stack:
+            proxy_url = stack.enter_context(serve_in_thread(app))
             cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this engine at start
             rt = Runtime(cfg)
-            asyncio.run_coroutine_threadsafe(rt.start(), self.loop).result(timeout=120)
-            self._bases[base] = (rt, proxy_url, note)
-            return self._bases[base]
+            # Stops what a failed start did start (the sandbox zygote), and, at close, the whole runtime.
+            stack.callback(lambda: asyncio.run_coroutine_threadsafe(rt.stop(), self.loop).result(timeout=30))
+            asyncio.run_coroutine_threadsafe(rt.start(), self.loop).result()
+            self._servers.enter_context(stack.pop_all())
+        return rt, proxy_url, note
 
     def submit(self, model: str, question: str, document: str, task: Any | None,
                live: LiveEpisode) -> tuple[concurrent.futures.Future[Outcome], str]:
@@ -91,7 +123,7 @@ class Backend:
             proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling,
                                                                              model=model), es.proxy_timeout_s)
         except ProxyError as e:
-            return Outcome(None, "error", time.perf_counter() - t0, 0, 0, error=f"could not open a capture session: {e}")
+            return Outcome(None, "error", time.perf_counter() - t0, 0, 0, error=f"could not open a capture session: {error_text(e)}")
         harness = build_harness(rt, limits, proxy, sampling, on_event=live.on_event)
         tally = harness.tally
         try:
@@ -101,7 +133,7 @@ class Backend:
         except asyncio.TimeoutError:
             out = LoopOutcome(None, False, "timeout")
         except Unscorable as e:
-            return Outcome(None, "error", time.perf_counter() - t0, tally.subcalls, tally.tokens, error=str(e))
+            return Outcome(None, "error", time.perf_counter() - t0, tally.subcalls, tally.tokens, error=error_text(e))
         wall = time.perf_counter() - t0
         if task is None:
             try:
@@ -115,9 +147,11 @@ class Backend:
                        reward=verdict.components, reward_note=verdict.error or "")
 
     def close(self) -> None:
-        for rt, _, _ in self._bases.values():
+        for fut in list(self._starts.values()):  # a start still running finishes first, so close stops what it made
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(rt.stop(), self.loop).result(timeout=30)
-        self._servers.close()
+                fut.result(timeout=self.start_timeout_s)
+        self._starter.shutdown(wait=False, cancel_futures=True)
+        with contextlib.suppress(Exception):
+            self._servers.close()
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)

@@ -15,7 +15,7 @@ from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_f
 
 
 def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_turns: int | None, host: str,
-          port: int) -> None:
+          port: int, start_timeout_s: float | None = None) -> None:
     """Build the backend and the page, serve until Ctrl-C, then stop the sandbox and the proxy."""
     from fathom.entrypoints.served import ServedError
     from fathom.entrypoints.ui_backend import Backend
@@ -25,7 +25,10 @@ def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_t
 
     configure(cfg.tasks)  # imported examples resolve from cfg.tasks.store_dir
 
-    backend = Backend(cfg, base_url, tokenizer=tokenizer, max_turns=max_turns)
+    from fathom.entrypoints.ui_backend import START_TIMEOUT_S
+
+    backend = Backend(cfg, base_url, tokenizer=tokenizer, max_turns=max_turns,
+                      start_timeout_s=start_timeout_s or START_TIMEOUT_S)
     try:
         try:
             names = [n for _, n in backend.models()]
@@ -50,7 +53,9 @@ def _warm(backend, model: str) -> None:
     try:
         backend.warm(model)
     except Exception as e:  # noqa: BLE001 - reported here and again, with the page, on the first episode
-        eprint(f"warning: could not start the episode runtime for {model}: {e}")
+        from fathom.ui.errors import error_text
+
+        eprint(f"warning: {model}: {error_text(e)}")
 
 
 def ui(
@@ -65,11 +70,14 @@ def ui(
     max_turns: int = typer.Option(None, help="Root turns per episode (default: env_server.max_turns)."),
     tokenizer: str = typer.Option(None, help="Directory of the served model's tokenizer (token path); default: the "
                                              "base model's name resolved locally, else the chat path."),
+    start_timeout: float = typer.Option(None, help="Seconds a run waits for the episode runtime (sandbox, tokenizer, "
+                                                   "template check) to start before the page says so (default 120)."),
     config: str = CONFIG_OPTION,
 ) -> None:
     """Serve a page that runs RLM episodes over a pasted or uploaded document and shows each turn live."""
     cfg = config_from(ctx, config)
-    serve(cfg, base_url, model=model, tokenizer=tokenizer, max_turns=max_turns, host=host, port=port)
+    serve(cfg, base_url, model=model, tokenizer=tokenizer, max_turns=max_turns, host=host, port=port,
+          start_timeout_s=start_timeout)
 
 
 def register(app: typer.Typer) -> None:

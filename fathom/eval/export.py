@@ -1,6 +1,6 @@
 """`fathom export RUN_DIR`: one directory to publish or serve: the adapter, a model card, eval results.
 
-The output loads with `PeftModel.from_pretrained(base, DIR)` and with
+The output loads with `PeftModel.from_pretrained(base, DIR)`, with `fathom serve DIR`, and on a GPU with
 `vllm serve BASE --enable-lora --lora-modules fathom=DIR`.
 """
 
@@ -11,6 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from fathom.config.model import EMBEDDED, EMBEDDED_SOURCE
+from fathom.eval.base_model import EXPORT_INFO, hub_base, is_hub_id, model_from_path, run_model
+from fathom.eval.card import ADAPTER_NAME, model_card
 from fathom.eval.checkpoints import ADAPTER_FILES, CHECKPOINT, DirSource, adapter_complete
 
 
@@ -49,63 +52,21 @@ def _eval_files(run_dir: Path) -> dict[str, Path]:
     return out
 
 
-def _results_table(path: Path) -> list[str]:
-    res = json.loads(path.read_text())
-    lines = [f"Split `{res['split']}`, {res['n_tasks']} tasks, temperature {res['sampling']['temperature']}, "
-             f"output cap {res['sampling']['max_tokens']} tokens; {int(res['confidence'] * 100)}% bootstrap intervals.", "",
-             "| model | pass@1 | interval | scorable | unscorable | tokens/episode |", "|---|---|---|---|---|---|"]
-    for label, m in res["models"].items():
-        s, p = m["summary"], m["summary"]["pass@1"]
-        ci = f"[{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]" if p["ci"] else "n/a"
-        rate = f"{p['pass@1']:.3f}" if p["pass@1"] is not None else "n/a"
-        lines.append(f"| {label} | {rate} | {ci} | {s['scorable']} | {s['unscorable']} | {s['tokens']['mean_total'] or 0:.0f} |")
-    for c in res.get("comparisons") or []:
-        if c.get("delta") is not None:
-            lines += ["", f"{c['adapter']} against {c['base']}, paired over {c['n']} tasks: both {c['both']}, only "
-                          f"{c['base']} {c['only_base']}, only {c['adapter']} {c['only_adapter']}, neither {c['neither']}; "
-                          f"difference {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}]."]
-    return lines
+def _base_chat_template(adapter_cfg: dict[str, Any]) -> str | None:
+    """The chat template of the local base the adapter was trained on, when that directory is here."""
+    d = Path(str(adapter_cfg.get("base_model_name_or_path") or "")).expanduser()
+    if (d / "chat_template.jinja").is_file():
+        return (d / "chat_template.jinja").read_text()
+    tok = d / "tokenizer_config.json"
+    template = json.loads(tok.read_text()).get("chat_template") if tok.is_file() else None
+    return template if isinstance(template, str) else None
 
 
-def model_card(adapter_cfg: dict[str, Any], *, run_name: str, step: int | None, evals: dict[str, Path]) -> str:
-    base = adapter_cfg.get("base_model_name_or_path") or "BASE_MODEL"
-    # A local base path is no Hub id, so it stays out of the card's metadata.
-    meta = ["---", "library_name: peft", *([f"base_model: {base}"] if "/" in base and not base.startswith("/") else []),
-            "tags:", "- fathom", "- recursive-language-model", "- lora", "- grpo", "---"]
-    lines = [*meta, "",
-             f"# FATHOM adapter: {run_name}" + (f" (checkpoint {step})" if step is not None else ""), "",
-             "A LoRA adapter trained with FATHOM (async GRPO on token-faithful RLM traces) to work over documents far "
-             "larger than its context window: the document lives in a Python REPL as `context`, the model slices "
-             "and greps it, calls `llm()` on small pieces, and answers with `FINAL(...)`.", "",
-             f"LoRA rank {adapter_cfg.get('r')}, alpha {adapter_cfg.get('lora_alpha')}, target modules "
-             f"{', '.join(sorted(adapter_cfg.get('target_modules') or []))}.", "", "## Serve it", "", "```bash",
-             f"vllm serve {base} --enable-lora --max-lora-rank {max(16, int(adapter_cfg.get('r') or 16))} "
-             "--lora-modules fathom=./  # then request model \"fathom\"",
-             "fathom ask --document FILE --question Q --base-url http://127.0.0.1:8000 --model fathom",
-             "```", "", "## Load it with PEFT", "", "```python", "from peft import PeftModel",
-             "from transformers import AutoModelForCausalLM", "",
-             f"model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base!r}), \"./\")", "```", ""]
-    results = sorted(k for k in evals if k.endswith("/results.json"))
-    if results or "summary.json" in evals:
-        lines += ["## Evaluation", ""]
-    for k in results:
-        lines += [f"### {k.split('/')[0]}", "", *_results_table(evals[k]), ""]
-        if f"{k.split('/')[0]}/pareto.png" in evals:
-            lines += [f"![pass@1 against tokens](eval/{k.split('/')[0]}/pareto.png)", ""]
-        if f"{k.split('/')[0]}/report.html" in evals:
-            lines += [f"Episodes as recursion trees: [eval/{k.split('/')[0]}/report.html](eval/{k.split('/')[0]}/report.html).", ""]
-    if "summary.json" in evals:
-        rows = json.loads(evals["summary.json"].read_text()).get("checkpoints", [])
-        lines += ["### Per checkpoint", "", "| step | pass@1 | tokens/episode |", "|---|---|---|"]
-        lines += [f"| {r['step']} | {r['pass@1'] if r['pass@1'] is not None else 'n/a'} | {r['mean_tokens'] or 0:.0f} |"
-                  for r in rows]
-        if "learning_curve.png" in evals:
-            lines += ["", "![learning curve](eval/learning_curve.png)"]
-        lines.append("")
-    return "\n".join(x for i, x in enumerate(lines) if x or (i and lines[i - 1])) + "\n"  # no double blank lines
-
-
-def export(run_dir: str | Path, out: str | Path | None = None, *, step: int | None = None) -> Path:
+def export(run_dir: str | Path, out: str | Path | None = None, *, step: int | None = None,
+           base_model: str | None = None) -> Path:
+    """Copy the adapter, its eval results and a model card to `out`. `base_model`: the base's Hub id, where the
+    run's config cannot tell it (a local model directory). The adapter's `base_model_name_or_path` becomes that
+    Hub id; what FATHOM calls the base goes to `fathom.json`, where `fathom serve` reads it."""
     run = Path(run_dir)
     if not run.is_dir():
         raise ExportError(f"run directory {str(run)!r} does not exist; pass a run dir such as runs/smoke")
@@ -113,13 +74,39 @@ def export(run_dir: str | Path, out: str | Path | None = None, *, step: int | No
     dest = Path(out) if out else run / "export"
     if dest.resolve() == src.resolve():
         raise ExportError(f"--out {dest} is the adapter directory itself; choose another")
+    if base_model is not None and not is_hub_id(base_model):
+        raise ExportError(f"--base-model {base_model!r} is not a Hub id like 'org/name'")
+    cfg = json.loads((src / "adapter_config.json").read_text())
+    model = run_model(src) or run_model(run) or model_from_path(str(cfg.get("base_model_name_or_path") or ""))
+    hub, note = (base_model, "") if base_model else hub_base(model)
+    template = _base_chat_template(cfg) if hub == EMBEDDED_SOURCE and model.get("name") == EMBEDDED else None
     dest.mkdir(parents=True, exist_ok=True)
-    for f in ADAPTER_FILES:
-        shutil.copy2(src / f, dest / f)
+    shutil.copy2(src / "adapter_model.safetensors", dest / "adapter_model.safetensors")
+    (dest / "adapter_config.json").write_text(json.dumps({**cfg, "base_model_name_or_path": hub or
+                                                          cfg.get("base_model_name_or_path")}, indent=2) + "\n")
+    if template:
+        (dest / "chat_template.jinja").write_text(template)
+    (dest / EXPORT_INFO).write_text(json.dumps({"model": model, "base_model": hub, "adapter_name": ADAPTER_NAME,
+                                                "run": run.name, "step": step}, indent=2) + "\n")
     evals = _eval_files(run)
     for rel, p in evals.items():
         (dest / "eval" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(p, dest / "eval" / rel)
-    cfg = json.loads((src / "adapter_config.json").read_text())
-    (dest / "README.md").write_text(model_card(cfg, run_name=run.name, step=step, evals=evals))
+    (dest / "README.md").write_text(model_card(cfg, run_name=run.name, step=step, evals=evals, base_id=hub,
+                                               base_note=note, chat_template=bool(template)))
     return dest
+
+
+def served_adapter(path: str | Path) -> tuple[Path, dict[str, Any], int]:
+    """What `fathom serve PATH` serves: (adapter directory, its base as FATHOM names it, LoRA rank). `PATH` is an
+    export or adapter directory, or a run directory: its `export/` when complete, else its newest checkpoint."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise ExportError(f"{str(p)!r} is no directory; pass an exported adapter (runs/NAME/export), an adapter "
+                          "directory or a run directory (runs/NAME)")
+    if not adapter_complete(p) and adapter_complete(p / "export"):
+        p = p / "export"
+    src, _ = find_adapter(p)
+    cfg = json.loads((src / "adapter_config.json").read_text())
+    model = run_model(src) or run_model(p) or model_from_path(str(cfg.get("base_model_name_or_path") or ""))
+    return src, model, int(cfg.get("r") or 16)

@@ -117,6 +117,8 @@ def vllm_flags(ps: PolicyServerConfig, model: ModelConfig, model_path: str, devi
     ]
     if ps.enable_lora:
         flags += ["--enable-lora", "--max-lora-rank", str(ps.max_lora_rank), "--max-loras", str(ps.max_loras)]
+        if ps.lora_modules:
+            flags += ["--lora-modules", *ps.lora_modules]
     if ps.enforce_eager:
         flags.append("--enforce-eager")
     if device == "cuda":

@@ -10,6 +10,7 @@ import concurrent.futures
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
+from fathom.ui.errors import error_text
 from fathom.ui.live import EXAMPLE_TASKS, LiveEpisode, gold_task
 from fathom.ui.tree import CSS, Outcome, render_result, render_tree
 
@@ -44,7 +45,7 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
         try:
             choices = backend.models()
         except Exception as e:  # noqa: BLE001 - the page says what is wrong with the endpoint instead of breaking
-            gr.Warning(str(e))
+            gr.Warning(error_text(e))
             return gr.Dropdown(choices=[], value=None)
         names = [n for _, n in choices]
         value = default_model if default_model in names else (names[-1] if names else None)
@@ -74,10 +75,13 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
         if task is None and expected.strip():
             task = gold_task(question, document, expected)
         live = LiveEpisode()
+        # Shown at once: starting the base's runtime (sandbox, tokenizer) can take a while on a busy machine.
+        yield f"Starting an episode on **{model}**…", render_tree([]), ""
         try:
             fut, note = backend.submit(model, question, document, task, live)
-        except Exception as e:  # noqa: BLE001 - unreachable endpoint, unknown model, sandbox that cannot start
-            raise gr.Error(str(e)) from None
+        except Exception as e:  # noqa: BLE001 - unreachable endpoint, unknown model, runtime that cannot start
+            yield f"**Failed** on **{model}**: {error_text(e)}", render_tree([]), ""
+            raise gr.Error(error_text(e)) from None
         status = f"Running on **{model}** ({note}); {len(document):,} characters of context."
         try:
             yield status, render_tree(live.turns, running=True), ""
@@ -85,7 +89,9 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
                 yield status, html, ""
             out = fut.result()
         except Exception as e:  # noqa: BLE001 - a bug past the episode's own error handling: show it, keep the page
-            raise gr.Error(f"the episode failed: {e!r}") from None
+            msg = f"the episode failed: {error_text(e)}"
+            yield f"**Failed** on **{model}**: {msg}", render_tree(live.turns), ""
+            raise gr.Error(msg) from None
         finally:
             fut.cancel()  # the visitor left mid-episode (Gradio closed this generator): stop the episode too
         done = f"Done on **{model}** ({note}): {out.stop_reason}."

