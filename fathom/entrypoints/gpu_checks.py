@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 CUDA_VERSION = "13.0"
-"""The CUDA build of torch both venvs get (Makefile CUDA_VERSION; tests/unit/test_gpu_install.py keeps them equal)."""
+"""The CUDA build of torch both venvs get (Makefile CUDA_VERSION; tests/integration/test_gpu_install.py keeps them equal)."""
 MIN_DRIVER = 580
 """The oldest NVIDIA driver that runs CUDA 13.0 (Makefile MIN_DRIVER)."""
 MIN_FREE_GB = 20.0

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -170,15 +167,3 @@ def test_the_spawned_child_runs_our_loop_with_the_switches():
     with pytest.raises(TypeError):  # switches are consumed before TRL's constructor sees the rest
         FathomRolloutLoop.__init__(loop, drop_flat_groups=True, balance_lengths=True, not_a_trl_keyword=1)
     assert loop.drop_flat_groups and loop.balance_lengths
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
-def test_pin_process_moves_every_thread_of_the_rollout_child():
-    """The child starts on the trainer's pinned core; all its threads (queue feeders included) must leave it."""
-    first = sorted(os.sched_getaffinity(0))[0]
-    code = ("import os, threading, time\nfrom fathom.rollout_worker.groups import pin_process\n"
-            "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
-            f"pin_process([{first}])\n"
-            "print(sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir('/proc/self/task')}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == f"[({first},)]"

@@ -14,7 +14,7 @@ from schemathesis import GenerationMode
 
 from fathom.config import load_config
 from fathom.env_server.server.app import create_app as create_env_app
-from tests.unit.capture_proxy.servers import FakeEngine, UvicornThread, proxy_app
+from tests.integration.capture_proxy.servers import FakeEngine, UvicornThread, proxy_app
 from tests.unit.env_server.fakes import FakePool, FakeProxy
 
 EXAMPLES = 15

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.unit.capture_proxy.servers import free_port
+from tests.integration.capture_proxy.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -99,7 +99,7 @@ def test_session_create_with_engine_down_is_503(make_proxy, engine):
 
 
 def test_wrong_base_model_is_named(make_proxy, engine):
-    from tests.unit.capture_proxy.servers import UvicornThread, proxy_app
+    from tests.integration.capture_proxy.servers import UvicornThread, proxy_app
 
     with UvicornThread(proxy_app(engine[1].url, base_model="qwen")) as server:
         import httpx

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.unit.capture_proxy.servers import FakeEngine, UvicornThread, proxy_app
+from tests.integration.capture_proxy.servers import FakeEngine, UvicornThread, proxy_app
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from fathom.trainer.weight_sync import DiskMergedSync, WeightSyncError
-from tests.unit.trainer.fake_vllm import FakeVllm
+from tests.integration.trainer.fake_vllm import FakeVllm
 
 pytest.importorskip("peft")
 

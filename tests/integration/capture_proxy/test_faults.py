@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.unit.capture_proxy.servers import UvicornThread
+from tests.integration.capture_proxy.servers import UvicornThread
 
 USER = [{"role": "user", "content": "hi"}]
 

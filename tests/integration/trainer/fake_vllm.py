@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.unit.capture_proxy.servers import UvicornThread
+from tests.integration.capture_proxy.servers import UvicornThread
 
 
 class FakeVllm:

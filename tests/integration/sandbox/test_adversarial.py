@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.unit.sandbox.payloads import ESCAPE_FILE, PAYLOADS
+from tests.integration.sandbox.payloads import ESCAPE_FILE, PAYLOADS
 
 GOLD = "GOLD-ANSWER-7f3a9c"
 
