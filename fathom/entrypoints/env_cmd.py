@@ -67,13 +67,14 @@ def scripted(
     delay: float = typer.Option(0.0, help="Seconds each completion waits before it is returned (a slow model)."),
     log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
-    """Serve a scripted policy as an OpenAI-compatible upstream (no model; for tests, benchmarks and demos)."""
+    """Serve a fake vLLM that plays a scripted policy (no model; for tests, benchmarks and demos), with run-time
+    policy switching, fault injection and vLLM's weight-sync routes (fathom/testing/fake_vllm.py)."""
     import uvicorn
 
-    from fathom.env_server.scripted import create_scripted_app
+    from fathom.testing.fake_vllm import create_fake_vllm
 
     try:
-        application = create_scripted_app(policy, model, tokenizer_dir=tokenizer, delay_s=delay)
+        application = create_fake_vllm(policy, model, tokenizer_dir=tokenizer, delay_s=delay)
     except ValueError as e:
         die(str(e))
     uvicorn.run(application, host=host, port=port, log_level=log_level)

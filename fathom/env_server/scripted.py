@@ -17,10 +17,8 @@ Given a real tokenizer (`tokenizer_dir`), it also plays the token path like vLLM
 renders with that tokenizer's chat template, and `/v1/completions` takes a token-id prompt, reads
 the conversation back out of it and samples the reply's ids plus the end-of-turn token.
 
-For fault injection (`tests/integration/faults.py`) it takes faults at run time (`POST /scripted/fault`: a delay per
-call, dropped logprobs) and answers vLLM's weight-sync dev routes (`/pause`, `/resume`,
-`/reset_prefix_cache`, `/collective_rpc` reload_weights), remembering the last weights path it was given
-(`GET /scripted/weights`), so a supervisor's re-applied weights can be checked.
+This module is what the SFT teacher needs. Tests and benchmarks use it through `fathom.testing.fake_vllm`, which
+adds run-time policy switching, fault injection and vLLM's weight-sync routes.
 """
 
 from __future__ import annotations
@@ -199,10 +197,11 @@ class TokenSide:
 
 def create_scripted_app(policy: str = "reference", model: str = "fathom-base", max_model_len: int = 32768,
                         tokenizer_dir: str | None = None, fix_fraction: float = 0.25, delay_s: float = 0.0) -> FastAPI:
-    """The fake upstream; `POST /scripted/policy {"policy": ...}` switches policy at run time.
+    """An OpenAI-compatible upstream that plays `policy` (`app.state.policy`) without a model.
 
     `delay_s` holds each completion that long, like a model that takes its time (a live view then has states
-    to show between turns). `app.state.replied_at` holds the time.time() each completion was returned.
+    to show between turns). `app.state.replied_at` holds the time.time() each completion was returned, and every
+    coroutine in `app.state.reply_hooks` sees each response before it goes out (fathom.testing.fake_vllm's faults).
 
     With `tokenizer_dir` it also serves `/tokenize` and token-id prompts on `/v1/completions` (the token path)."""
     if policy not in POLICIES:
@@ -211,17 +210,14 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
     app.state.policy = policy
     app.state.calls = 0
     app.state.replied_at = []
-    app.state.fault = {"delay_s": 0.0, "drop_logprobs": False}
-    app.state.weights = {"weights_path": None, "reloads": 0}
+    app.state.reply_hooks = []
 
     async def reply(make: Any) -> dict[str, Any]:
-        # delay_s is the upstream's own pace (--delay); fault is what a test injects at run time.
-        if delay_s + app.state.fault["delay_s"] > 0:
-            await asyncio.sleep(delay_s + app.state.fault["delay_s"])
+        if delay_s > 0:  # the upstream's own pace (--delay)
+            await asyncio.sleep(delay_s)
         resp = make()
-        if app.state.fault["drop_logprobs"]:
-            for choice in resp["choices"]:
-                choice["logprobs"] = None
+        for hook in app.state.reply_hooks:
+            await hook(resp)
         app.state.replied_at.append(time.time())
         return resp
 
@@ -259,44 +255,5 @@ def create_scripted_app(policy: str = "reference", model: str = "fathom-base", m
                 raise HTTPException(400, "prompt: a non-empty list of token ids is required")
             app.state.calls += 1
             return await reply(lambda: side.complete(body, app.state.policy, model, fix_fraction))
-
-    @app.post("/scripted/policy")
-    async def set_policy(request: Request) -> dict[str, str]:
-        name = (await request.json()).get("policy")
-        if name not in POLICIES:
-            raise HTTPException(422, f"policy: unknown {name!r}; choose one of {', '.join(POLICIES)}")
-        app.state.policy = name
-        return {"policy": name}
-
-    @app.post("/scripted/fault")
-    async def set_fault(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        unknown = set(body) - set(app.state.fault) if isinstance(body, dict) else {"(not an object)"}
-        if unknown:
-            raise HTTPException(422, f"unknown faults {sorted(unknown)}; known: {sorted(app.state.fault)}")
-        app.state.fault.update(body)
-        return app.state.fault
-
-    # vLLM's dev-mode weight-sync routes, enough for DiskMergedSync and the supervisor's restart hook
-    @app.post("/pause")
-    @app.post("/resume")
-    async def pause_resume() -> dict[str, Any]:
-        return {}
-
-    @app.post("/reset_prefix_cache")
-    async def reset_prefix_cache() -> dict[str, bool]:
-        return {"success": True}
-
-    @app.post("/collective_rpc")
-    async def collective_rpc(request: Request) -> dict[str, Any]:
-        body = await request.json()
-        if body.get("method") != "reload_weights":
-            raise HTTPException(400, f"method {body.get('method')!r}: only reload_weights is scripted")
-        app.state.weights = {"weights_path": body["kwargs"]["weights_path"], "reloads": app.state.weights["reloads"] + 1}
-        return {"results": [None]}
-
-    @app.get("/scripted/weights")
-    async def weights() -> dict[str, Any]:
-        return app.state.weights
 
     return app

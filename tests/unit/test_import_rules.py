@@ -77,3 +77,25 @@ def test_checker_catches_a_forbidden_import(tmp_path):
     (tmp_path / "config" / "x.py").write_text("from fathom import protocol\n")
     got = violations(tmp_path)
     assert len(got) == 3, got
+
+
+# fathom.testing (fakes for tests and benchmarks) is imported by no fathom module but the command that serves it.
+TESTING_IMPORTERS = {"entrypoints/env_cmd.py"}
+
+
+def testing_violations(root: Path = PKG) -> list[str]:
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("testing/") or rel in TESTING_IMPORTERS:
+            continue
+        bad += [f"{path.relative_to(root.parent)}:{n}: imports {t}" for n, t in _fathom_imports(path)
+                if t == "fathom.testing" or t.startswith("fathom.testing.")]
+    return bad
+
+
+def test_production_code_never_imports_the_testing_package(tmp_path):
+    assert testing_violations() == []
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "x.py").write_text("from fathom.testing.fake_vllm import create_fake_vllm\n")
+    assert len(testing_violations(tmp_path)) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 
 from fathom.env_server.scripted import IM_END, create_scripted_app, render_prompt, scripted_reply
+from fathom.testing.fake_vllm import create_fake_vllm
 from fathom.env_server.server import prompts
 from fathom.tasks import get_task, load_split, reference_solution
 
@@ -43,7 +44,7 @@ def test_policies_and_switching():
     assert scripted_reply("no_code", later) == scripted_reply("reference", msgs)
     nested = prompts.initial_messages(prompts.NESTED_QUESTION, "z" * 9000, 300)
     assert "FINAL(head)" in scripted_reply("reference", nested)
-    with TestClient(create_scripted_app("reference")) as c:
+    with TestClient(create_fake_vllm("reference")) as c:
         assert c.post("/scripted/policy", json={"policy": "bogus"}).status_code == 422
         assert c.post("/scripted/policy", json={"policy": "no_tools"}).json() == {"policy": "no_tools"}
         assert "FINAL(" in chat(c, msgs)["choices"][0]["message"]["content"]
@@ -90,3 +91,18 @@ def test_token_side_reads_the_conversation_from_ids_and_samples_ids(tmp_path):
     read = TokenSide(str(tmp_path)).messages(nxt)
     assert [m["role"] for m in read] == ["system", "user", "assistant", "user"]
     assert read[:2] == msgs and read[2]["content"] == one["text"] and read[3]["content"] == "REPL output:\n..."
+
+
+def test_the_teacher_serves_no_test_routes_and_the_fake_vllm_injects_faults():
+    msgs = prompts.initial_messages("What is the value of 'x'?", "x" * 100, 300)
+    with TestClient(create_scripted_app("reference")) as c:
+        assert c.post("/scripted/fault", json={"drop_logprobs": True}).status_code == 404
+        assert c.post("/collective_rpc", json={"method": "reload_weights"}).status_code == 404
+    with TestClient(create_fake_vllm("reference")) as c:
+        body = {"model": "fathom-base", "messages": msgs, "logprobs": True}
+        assert c.post("/v1/chat/completions", json=body).json()["choices"][0]["logprobs"] is not None
+        assert c.post("/scripted/fault", json={"drop_logprobs": True}).json()["drop_logprobs"] is True
+        assert c.post("/v1/chat/completions", json=body).json()["choices"][0]["logprobs"] is None
+        assert c.post("/scripted/fault", json={"nope": 1}).status_code == 422
+        c.post("/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": "/w"}})
+        assert c.get("/scripted/weights").json() == {"weights_path": "/w", "reloads": 1}
