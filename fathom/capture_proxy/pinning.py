@@ -109,6 +109,3 @@ class Pinner:
             )
         m = re.fullmatch(re.escape(self.adapter_prefix) + r"(\d+)", name)
         return Pin(name, int(m.group(1)) if m else (self.merged_version if name == self.base_model else 0))
-
-    def current_merged(self) -> int:
-        return self.merged_version

@@ -16,7 +16,7 @@ import pytest
 from openenv.core.harness.training import TrainingTrace
 
 from fathom.policy_server.client import PolicyClient
-from fathom.policy_server.tiny import make_lora_adapter
+from tests.adapters import make_lora_adapter
 from tests.integration.capture_proxy.servers import UvicornThread, proxy_app
 
 SYSTEM = {"role": "system", "content": "You read a long document through a Python REPL."}

@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from fathom.policy_server.tiny import make_lora_adapter
+from tests.adapters import make_lora_adapter
 from tests.integration.env_server_stack import ROOT, running_stack
 from tests.ports import free_port
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fathom.policy_server.client import PolicyClient, PolicyClientError
-from fathom.policy_server.tiny import make_lora_adapter
+from tests.adapters import make_lora_adapter
 
 
 def _check_capture_fields(resp: dict) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fathom.policy_server.client import PolicyClient
-from fathom.policy_server.tiny import make_lora_adapter
+from tests.adapters import make_lora_adapter
 from tests.integration.env_server_stack import FATHOM, Proc
 from tests.integration.test_eval import BROWSER_ARGS, CHROMIUM
 from tests.ports import free_port
