@@ -72,7 +72,8 @@ def test_unknown_question_is_a_clear_error() -> None:
 
 def test_runs_with_the_sandbox_guards() -> None:
     """Cross-check against the env server's own restricted namespace (in-process, no worker processes)."""
-    from fathom.env_server.sandbox import guards
+    from fathom.env_server.sandbox import guards, toolbox
+    from fathom.env_server.sandbox.policy import SandboxPolicy
     from RestrictedPython import compile_restricted_exec
     from RestrictedPython.PrintCollector import PrintCollector
 
@@ -84,6 +85,9 @@ def test_runs_with_the_sandbox_guards() -> None:
             finals: list[object] = []
             env = guards.restricted_globals(PrintCollector)
             env.update(context=t.context, question=t.question, FINAL=finals.append)
+            helpers = guards.restricted_globals(PrintCollector)
+            toolbox.install(env, helpers, compile_restricted_exec(toolbox.SOURCE, policy=SandboxPolicy).code, t.context,
+                            guards.MODULE_PROXIES["re"])
             exec(code.code, env)
             assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
 
