@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from fathom.tasks.families import MODULES
 from fathom.tasks.families.base import STALE_MARKERS
 from fathom.tasks.families.records import LABELS, PHRASES, VOID
 
@@ -130,11 +131,18 @@ for m in re.finditer(r"(?<![\\w.])" + re.escape(NAME) + r"\\(", context):
 FINAL(answer)
 '''
 
+# The person's passages (grep) and the question go to one sub-call: their wording varies too much for a short
+# program to read the city out of them, and a model can.
+_BIOS = '''
+FINAL(llm("\\n".join(grep(NAME)) + "\\n\\n" + question).strip())
+'''
+
 _KEY = re.compile(r"(?<![A-Za-z-])[a-z]+-[a-z]+(?![A-Za-z-])")
 # No generated question has another lowercase hyphenated word before its key (tests run every wording), so programs
 # read the key with this shorter pattern: 20 tokens for the line against 45, and kv_chain's program (up to 387
 # tokens) stays inside the 400-token output cap of configs/smoke.toml.
 _KEY_SHORT = re.compile(r"[a-z]+-[a-z]+")
+_PERSON = re.compile(r"[A-Z][a-z]+ [A-Z][a-z]+")
 _LABEL = re.compile(r"\b(positive|negative|neutral)\b")
 _CONST = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 _FUNC = re.compile(r"\b[a-z]+_[a-z]+_[a-z]+\b")
@@ -188,6 +196,8 @@ def reference_solution(question: str) -> str:
         op = "argmax" if re.search(r"\b(most|largest)\b", low) else "sum" if re.search(r"\b(amounts?|sum)\b", low) \
             else "count"
         return _program(_records_params(LABELS), _ROWS + _AGGREGATE[op])
+    if "city" in low:
+        return _program({"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
     if _CONST.search(q):
         return _program({"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
     name = _ask(_FUNC, "function name", q)
@@ -196,3 +206,14 @@ def reference_solution(question: str) -> str:
     if "call" in low or "invoke" in low:
         return _program({"NAME": name}, _CALLS)
     raise ValueError(f"question {q[:120]!r} matches no task family; reference solutions cover generated tasks only")
+
+
+def subcall_answer(prompt: str) -> str | None:
+    """What the teacher replies to a sub-call a reference program sends: the generator's own reading of the
+    passages in `prompt` (a family's `read`), or None when no family's reference program sends such a prompt."""
+    for module in MODULES.values():
+        read = getattr(module, "read", None)
+        answer = read(prompt) if read else None
+        if answer is not None:
+            return answer
+    return None
