@@ -53,7 +53,7 @@ def _stack(ctx: typer.Context, cfg, config: str, start: bool):
 
 def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
     from fathom import tasks as T
-    from fathom.tasks.splits import ManifestError
+    from fathom.tasks.splits import ManifestError, rounds
 
     T.configure(cfg.tasks)
     if tasks:
@@ -72,7 +72,7 @@ def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
         ids = T.load_split(cfg.eval.split)
     except ManifestError as e:
         die(str(e))
-    return ids[: n or cfg.eval.n_tasks or len(ids)]
+    return rounds(cfg.eval.split, ids, n or cfg.eval.n_tasks)
 
 
 def resolve_adapter(spec: str, cache: Path) -> Path:
@@ -167,7 +167,7 @@ def eval_(
     model: str = typer.Option(None, help="Evaluate this already-served model name alone (base or loaded adapter)."),
     base: bool = typer.Option(True, "--base/--no-base", help="With --adapter, also score the base (paired comparison)."),
     split: str = typer.Option(None, help="Task split (default: eval.split)."),
-    n: int = typer.Option(None, "--n", help="First N tasks of the split (default: eval.n_tasks, else all)."),
+    n: int = typer.Option(None, "--n", help="First N tasks of the split's first block, plus later families in proportion (default: eval.n_tasks, else all)."),
     tasks: str = typer.Option(None, help="Comma-separated task ids instead of a split."),
     out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval/{split})."),
     start: bool = START_OPTION,
