@@ -149,6 +149,11 @@ def _print(results: dict, paths: dict) -> None:
         rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
         print(f"{label}: pass@1 {rate} over {p['n']} scorable ({m['summary']['unscorable']} unscorable); "
               f"{m['summary']['tokens']['mean_total'] or 0:.0f} tokens/episode")
+        for fam, sel in (m["summary"].get("selectivity") or {}).get("by_family", {}).items():
+            w, wo = sel["with_subcalls"], sel["without_subcalls"]
+            print(f"  {fam}: llm() in {sel['called_share']:.0%} of {sel['episodes']} episodes, "
+                  f"{sel['llm_calls_per_episode']:.2f} calls and {sel['sub_tokens_per_episode']:.0f} sub-call tokens "
+                  f"an episode; right {w['correct']}/{w['n']} with sub-calls, {wo['correct']}/{wo['n']} without")
     for c in results["comparisons"]:
         if c["delta"] is not None:
             print(f"{c['adapter']} vs {c['base']}: both {c['both']}, only {c['base']} {c['only_base']}, only "

@@ -56,3 +56,14 @@ def test_no_episodes_gives_none_not_zero() -> None:
     empty = selectivity([])
     assert empty["llm_calls_per_episode"] is None and empty["called_share"] is None
     assert empty["with_subcalls"]["pass@1"] is None
+
+
+def test_fathom_eval_prints_each_familys_selectivity(capsys) -> None:
+    from fathom.entrypoints.eval_cmd import _print
+
+    s = summarize([episode_row(e) for e in EPISODES], max_model_len=4096)
+    _print({"models": {"sft": {"summary": s}}, "comparisons": []}, {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ("  bios: llm() in 75% of 4 episodes, 1.00 calls and 108 sub-call tokens an episode; "
+                      "right 2/3 with sub-calls, 0/1 without")
+    assert out[2].startswith("  needle: llm() in 33% of 3 episodes, 0.33 calls")
