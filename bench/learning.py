@@ -101,7 +101,8 @@ def family_targets(s: dict, start: str | None) -> list[dict]:
     ci = ((s.get("paired_by_family") or {}).get(f"grpo-{start}") or {}).get(LLM_FAMILY, {}).get("ci")
     b, f1 = _p1(base, LLM_FAMILY), _p1(first, LLM_FAMILY)
     return [
-        _target("every_family_grpo_pass1_min", low, "> 0", bool(fams) and all(v is not None and v > 0 for v in grpo_p1)),
+        _target("every_family_grpo_pass1_min", low, "> 0",
+                bool(fams) and all(v is not None and v > 0 for v in grpo_p1)),
         _target(f"{LLM_FAMILY}_base_pass1", b, "<= 0.05", b is not None and b <= 0.05),
         _target(f"{LLM_FAMILY}_sft_pass1", f1, ">= 0.30", f1 is not None and f1 >= 0.30),
         _target(f"{LLM_FAMILY}_grpo_minus_sft_paired_ci_low", None if not ci else ci[0], "> 0 (95% paired bootstrap)",
