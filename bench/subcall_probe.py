@@ -1,4 +1,4 @@
-"""The `bios` probe: how often does one sub-call over the right passage answer right, with the embedded model as the sub-LM?
+"""The `bios` probe: how often one sub-call over the right passage answers right, the embedded model as the sub-LM.
 
 For each `bios` task it runs the family's reference program in the real sandbox (grep for the person, one
 `llm()` over their passages and the question) and answers that llm() with the model on vLLM-CPU, greedy, one
