@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import socket
 import sys
 import tempfile
@@ -99,6 +100,8 @@ def main() -> None:
     ap.add_argument("--sft", type=int, default=0, help="first train an adapter on this many teacher sub-call rows")
     ap.add_argument("--config", default=str(ROOT / "configs" / "smoke.toml"))
     args = ap.parse_args()
+    # SIGTERM (a `timeout`, a job runner) unwinds the with-blocks, so vLLM, in its own session, is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from fathom.config.sandbox import SandboxConfig
     from fathom.env_server.sandbox import SandboxPool
