@@ -3,9 +3,9 @@
     python bench/learning.py [RUN_DIR]      # default: runs/smoke, the last `make demo`
 
 Figures come from the run's own files: `eval/summary.json` (pass@1 of base, SFT and GRPO on the same tasks of the
-split the run scored, reported as `split`; paired bootstrap deltas), `launch.json` (the job's wall time and each
-step's) and `rollouts.jsonl` (GRPO's training-time success, first half of the run against the second). Nothing is
-re-run.
+split the run scored, reported as `split`, overall and per family; paired bootstrap deltas; each family's llm()
+selectivity), `launch.json` (the job's wall time and each step's) and `rollouts.jsonl` (GRPO's training-time
+success, first half of the run against the second). Nothing is re-run.
 """
 
 from __future__ import annotations
@@ -81,6 +81,47 @@ def training(run_dir: Path) -> dict | None:
     return out
 
 
+LLM_FAMILY = "bios"
+"""The family whose answers need an llm() sub-call; the others are solved by code alone."""
+
+
+def _p1(stage: dict | None, family: str) -> float | None:
+    return ((stage or {}).get("by_family") or {}).get(family, {}).get("pass@1")
+
+
+def _selectivity(stage: dict | None) -> dict:
+    return ((stage or {}).get("selectivity") or {}).get("by_family") or {}
+
+
+def family_targets(s: dict, start: str | None) -> list[dict]:
+    """Per-family targets: every family above 0 after GRPO, the llm() family's base/SFT/GRPO figures, and
+    selectivity after GRPO (the llm() family calls llm(), the code families barely do). A missing figure (a run
+    without that stage or family) is reported, unmet."""
+    stages = s["stages"]
+    grpo, base, first = stages.get("grpo"), stages.get("base"), stages.get(start) if start else None
+    fams = sorted(set((grpo or {}).get("by_family") or {}))
+    grpo_p1 = [_p1(grpo, f) for f in fams]
+    low = min((v for v in grpo_p1 if v is not None), default=None)
+    sel = _selectivity(grpo)
+    code_calls = [sel[f]["llm_calls_per_episode"] for f in fams if f != LLM_FAMILY and f in sel
+                  and sel[f].get("llm_calls_per_episode") is not None]
+    llm = sel.get(LLM_FAMILY, {})
+    ci = ((s.get("paired_by_family") or {}).get(f"grpo-{start}") or {}).get(LLM_FAMILY, {}).get("ci")
+    b, f1 = _p1(base, LLM_FAMILY), _p1(first, LLM_FAMILY)
+    return [
+        _target("every_family_grpo_pass1_min", low, "> 0",
+                bool(fams) and all(v is not None and v > 0 for v in grpo_p1)),
+        _target(f"{LLM_FAMILY}_base_pass1", b, "<= 0.05", b is not None and b <= 0.05),
+        _target(f"{LLM_FAMILY}_sft_pass1", f1, ">= 0.30", f1 is not None and f1 >= 0.30),
+        _target(f"{LLM_FAMILY}_grpo_minus_sft_paired_ci_low", None if not ci else ci[0], "> 0 (95% paired bootstrap)",
+                bool(ci) and ci[0] > 0),
+        _target(f"{LLM_FAMILY}_grpo_called_llm_share", llm.get("called_share"), ">= 0.80",
+                llm.get("called_share") is not None and llm["called_share"] >= 0.80),
+        _target("code_families_grpo_llm_calls_per_episode_max", max(code_calls, default=None), "<= 0.1",
+                bool(code_calls) and max(code_calls) <= 0.1),
+    ]
+
+
 def evaluate(run_dir: Path) -> dict:
     from fathom.entrypoints.launch_cmd import split_use
 
@@ -109,6 +150,13 @@ def evaluate(run_dir: Path) -> dict:
         "pass@1": stages,
         "intervals": {k: v["pass@1"]["ci"] for k, v in s["stages"].items()},
         "paired": {k: {"delta": v["delta"], "ci": v["ci"], "n": v["n"]} for k, v in paired.items()},
+        "by_family": {k: {f: p.get("pass@1") for f, p in (v.get("by_family") or {}).items()}
+                      for k, v in s["stages"].items()},
+        "paired_by_family": {k: {f: {"delta": c["delta"], "ci": c["ci"], "n": c["n"]} for f, c in v.items()}
+                             for k, v in (s.get("paired_by_family") or {}).items()},
+        # Per family and stage: llm() calls per episode, share of episodes that called it, pass@1 with and without
+        # sub-calls, sub-call tokens per episode (fathom/eval/metrics.py, selectivity).
+        "selectivity": {k: _selectivity(v) for k, v in s["stages"].items()},
         "wall_min": None if wall_s is None else round(wall_s / 60, 1),
         # Where the wall time went: each server's start and each stage, in minutes (runs before it was recorded: {}).
         "step_min": {k: round(v / 60, 1) for k, v in launch.get("step_s", {}).items()},
@@ -122,6 +170,7 @@ def evaluate(run_dir: Path) -> dict:
             _target("beyond_window_fraction", s["beyond_window_fraction"], ">= 0.25",
                     s["beyond_window_fraction"] >= 0.25),
             _target("heldout_tasks", s["n_tasks"], ">= 100", s["n_tasks"] >= 100),
+            *family_targets(s, start),
         ],
     }
 

@@ -12,7 +12,9 @@ class EvalConfig(FathomModel):
     """Pinned task split to evaluate: `train`, `test`, `heldout`, or an imported split's name (`fathom tasks import`)."""
 
     n_tasks: int | None = Field(None, gt=0)
-    """Evaluate only the split's first N tasks (families round-robin, so every family stays in); None = all."""
+    """Evaluate only the split's first N tasks (families round-robin, so every family stays in), plus the tasks of
+    families added after the split's first block in proportion (`tasks.splits.rounds`: heldout, 100 -> 100 + 20
+    bios, so the first 100 stay comparable); None = all."""
 
     base_n_tasks: int | None = Field(None, gt=0)
     """`fathom eval stages` scores the `base` stage on only the first N of those tasks (None = all). The untrained
@@ -20,7 +22,8 @@ class EvalConfig(FathomModel):
     those N tasks."""
 
     watch_tasks: int = Field(100, gt=0)
-    """Fixed subset size (the split's first N tasks) each checkpoint is scored on by `fathom eval watch`."""
+    """Fixed subset (the split's first N tasks, plus later families in proportion, as `n_tasks`) each checkpoint is
+    scored on by `fathom eval watch`."""
 
     temperature: float = Field(0.0, ge=0.0)
     """Sampling temperature of eval sessions; 0 = greedy, so pass@1 is one deterministic attempt per task."""

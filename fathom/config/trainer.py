@@ -90,8 +90,9 @@ class TrainerConfig(FathomModel):
     episode_timeout_s: float = Field(900.0, gt=0)
     """How long the rollout worker waits for one episode before closing it as unscorable."""
 
-    train_split_size: int = Field(1000, gt=0)
-    """Tasks in the training dataset: the train seed block's plan (families round-robin), mixed by weight with the
+    train_split_size: int = Field(1200, gt=0)
+    """Tasks in the training dataset, planned from the train seed block (families round-robin; past the first 1000,
+    the families added later, taken in rounds with the first: `tasks.splits.rounds`), mixed by weight with the
     imported tasks.sources whose roles include train (tasks.generated_weight; docs/tasks.md)."""
 
     train_max_length: int = Field(2**17, gt=0)

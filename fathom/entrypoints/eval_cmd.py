@@ -53,7 +53,7 @@ def _stack(ctx: typer.Context, cfg, config: str, start: bool):
 
 def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
     from fathom import tasks as T
-    from fathom.tasks.splits import ManifestError
+    from fathom.tasks.splits import ManifestError, rounds
 
     T.configure(cfg.tasks)
     if tasks:
@@ -74,7 +74,7 @@ def _task_ids(cfg, tasks: str | None, n: int | None) -> list[str]:
         ids = T.load_split(cfg.eval.split)
     except ManifestError as e:
         die(str(e))
-    return ids[: n or cfg.eval.n_tasks or len(ids)]
+    return rounds(cfg.eval.split, ids, n or cfg.eval.n_tasks)
 
 
 def resolve_adapter(spec: str, cache: Path) -> Path:
@@ -151,6 +151,11 @@ def _print(results: dict, paths: dict) -> None:
         rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
         print(f"{label}: pass@1 {rate} over {p['n']} scorable ({m['summary']['unscorable']} unscorable); "
               f"{m['summary']['tokens']['mean_total'] or 0:.0f} tokens/episode")
+        for fam, sel in (m["summary"].get("selectivity") or {}).get("by_family", {}).items():
+            w, wo = sel["with_subcalls"], sel["without_subcalls"]
+            print(f"  {fam}: llm() in {sel['called_share']:.0%} of {sel['episodes']} episodes, "
+                  f"{sel['llm_calls_per_episode']:.2f} calls and {sel['sub_tokens_per_episode']:.0f} sub-call tokens "
+                  f"an episode; right {w['correct']}/{w['n']} with sub-calls, {wo['correct']}/{wo['n']} without")
     for c in results["comparisons"]:
         if c["delta"] is not None:
             print(f"{c['adapter']} vs {c['base']}: both {c['both']}, only {c['base']} {c['only_base']}, only "
@@ -169,7 +174,7 @@ def eval_(
     model: str = typer.Option(None, help="Evaluate this already-served model name alone (base or loaded adapter)."),
     base: bool = typer.Option(True, "--base/--no-base", help="With --adapter, also score the base (paired comparison)."),
     split: str = typer.Option(None, help="Task split (default: eval.split)."),
-    n: int = typer.Option(None, "--n", help="First N tasks of the split (default: eval.n_tasks, else all)."),
+    n: int = typer.Option(None, "--n", help="First N tasks of the split's first block, plus later families in proportion (default: eval.n_tasks, else all)."),
     tasks: str = typer.Option(None, help="Comma-separated task ids instead of a split."),
     out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval/{split})."),
     start: bool = START_OPTION,

@@ -17,7 +17,7 @@ def watch(
     checkpoints: str = typer.Option(..., help="Run dir, checkpoints dir (a mounted bucket works) or hf://owner/repo."),
     config: str = CONFIG_OPTION,
     out: Path = typer.Option(None, help="Output directory (default: {run_dir}/eval)."),
-    n: int = typer.Option(None, "--n", help="Fixed subset size (default: eval.watch_tasks, 100)."),
+    n: int = typer.Option(None, "--n", help="Fixed subset: the first N tasks, plus later families in proportion (default: eval.watch_tasks, 100)."),
     split: str = typer.Option(None, help="Built-in or imported split (default: eval.split)."),
     stop_at_step: int = typer.Option(None, help="Exit once a checkpoint at or past this step is scored."),
     idle_exit_s: float = typer.Option(None, help="Exit after this long with no new checkpoint (default: never)."),

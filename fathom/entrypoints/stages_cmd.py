@@ -44,14 +44,35 @@ def summarize_stages(per_stage: dict[str, dict[str, bool]], results: dict[str, d
     for label in labels:
         s = results[label]
         out["stages"][label] = {"pass@1": s["pass@1"], "unscorable": s["unscorable"], "n": s["n"],
-                                "mean_tokens": s["tokens"]["mean_total"], "by_family": s["by_family"]}
+                                "mean_tokens": s["tokens"]["mean_total"], "by_family": s["by_family"],
+                                "selectivity": s.get("selectivity")}
     pairs = [(labels[i - 1], labels[i]) for i in range(1, len(labels))]
     if len(labels) > 2:
         pairs.append((labels[0], labels[-1]))
+    keys = ("n", "both", "only_base", "only_adapter", "neither", "delta", "ci")
+    by_family: dict[str, set[str]] = {}
+    for t in {t for stage in per_stage.values() for t in stage}:
+        by_family.setdefault(_family(t), set()).add(t)
+    out["paired_by_family"] = {}
     for a, b in pairs:
         c = paired(per_stage[a], per_stage[b], **boot)
-        out["paired"][f"{b}-{a}"] = {k: c[k] for k in ("n", "both", "only_base", "only_adapter", "neither", "delta", "ci")}
+        out["paired"][f"{b}-{a}"] = {k: c[k] for k in keys}
+        out["paired_by_family"][f"{b}-{a}"] = {
+            fam: {k: v for k, v in paired({t: x for t, x in per_stage[a].items() if t in ids},
+                                          {t: x for t, x in per_stage[b].items() if t in ids}, **boot).items()
+                  if k in keys}
+            for fam, ids in sorted(by_family.items()) if fam}
     return out
+
+
+def _family(task_id: str) -> str:
+    """The family in a task id; '' for an id that is not a generated task's."""
+    from fathom.tasks.record import parse_id
+
+    try:
+        return parse_id(task_id)[0]
+    except KeyError:
+        return ""
 
 
 def stages(

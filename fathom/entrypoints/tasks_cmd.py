@@ -35,7 +35,7 @@ DIR_OPTION = typer.Option("", "--dir", help="Manifest directory; default: the pi
 
 @app.command("build")
 def build(split: str = SPLIT_OPTION,
-          n: int = typer.Option(0, "--n", help="Number of tasks (default: train 1000, test 150, heldout 200)."),
+          n: int = typer.Option(0, "--n", help="Number of tasks (default: train 1200, test 180, heldout 240)."),
           out: str = DIR_OPTION, verify: bool = typer.Option(False, help="Regenerate and check digests afterwards.")):
     """Generate a split and write its manifest (ids, parameters, SHA-256; not the contexts)."""
     from fathom.tasks import splits

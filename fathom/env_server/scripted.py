@@ -5,7 +5,9 @@ never is) and answers with code. `reference` writes each task family's working s
 (`fathom.tasks.reference_solution`), which proves every task is solvable with the tools.
 `no_tools` answers from the question alone and should score close to 0. `teach` is `reference`
 with a wrong first attempt in a share of episodes (a typo that raises, or a look at the text
-without an answer), fixed on the next turn: the SFT teacher (`fathom sft`). The others
+without an answer), fixed on the next turn: the SFT teacher (`fathom sft`). A sub-call that a reference program
+sends (the `bios` family's passages and question) gets the generator's own answer (`fathom.tasks.subcall_answer`),
+so the teacher answers its own sub-calls right. The others
 exercise the harness: sub-calls and nested episodes, replies without code, crashing code.
 
 Responses are shaped like vLLM's (usage, `prompt_token_ids`, per-choice `token_ids` and
@@ -79,11 +81,16 @@ def wrong_attempt(question: str, program: str) -> str:
 
 def scripted_reply(policy: str, messages: list[dict[str, Any]], fix_fraction: float = 0.25) -> str:
     """The policy's next assistant message for this chat (`fix_fraction`: the `teach` policy's share of wrong starts)."""
-    from fathom.tasks import reference_solution
+    from fathom.tasks import reference_solution, subcall_answer
 
     is_rlm = bool(messages) and messages[0].get("role") == "system" and messages[0].get("content") == prompts.SYSTEM_PROMPT
     if not is_rlm:  # a plain llm() sub-call
         prompt = str(messages[-1].get("content") or "")
+        # A reference program's own sub-call (bios: passages + question) gets the generator's answer, so the
+        # teacher's sub-call rows teach a short, right reply.
+        answer = subcall_answer(prompt)
+        if answer is not None:
+            return answer
         return f"[scripted reply to a {len(prompt)}-character prompt beginning {prompt[:24]!r}]"
     m = _QUESTION.match(str(messages[1].get("content") or ""))
     question = m.group(1) if m else ""

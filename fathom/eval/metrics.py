@@ -93,6 +93,26 @@ def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _rate(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    k = sum(bool(r["correct"]) for r in rs)
+    return {"correct": k, "n": len(rs), "pass@1": k / len(rs) if rs else None}
+
+
+def selectivity(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Does the model recurse where it pays? Over scorable episodes: llm() calls per episode, the share of episodes
+    that called llm() at all, pass@1 of the episodes with and without sub-calls, and sub-call tokens per episode."""
+    ok = [r for r in rows if r["scorable"]]
+    called = [r for r in ok if r["llm_calls"] > 0]
+    return {
+        "episodes": len(ok),
+        "llm_calls_per_episode": _mean([r["llm_calls"] for r in ok]),
+        "called_share": len(called) / len(ok) if ok else None,
+        "with_subcalls": _rate(called),
+        "without_subcalls": _rate([r for r in ok if r["llm_calls"] == 0]),
+        "sub_tokens_per_episode": _mean([r["sub_tokens"] for r in ok]),
+    }
+
+
 def summarize(rows: list[dict[str, Any]], *, max_model_len: int, boot: dict[str, Any] | None = None) -> dict[str, Any]:
     """pass@1 overall, by family and by context-length bucket; tokens, sub-calls, errors and stop reasons.
 
@@ -132,6 +152,7 @@ def summarize(rows: list[dict[str, Any]], *, max_model_len: int, boot: dict[str,
                    "mean_root": _mean([r["root_tokens"] for r in ok]),
                    "mean_sub": _mean([r["sub_tokens"] for r in ok])},
         "subcalls_by_depth": {d: {"total": c, "mean_per_episode": c / n_ok} for d, c in sorted(depth_total.items())},
+        "selectivity": {"all": selectivity(ok), "by_family": {f: selectivity(rs) for f, rs in sorted(fam.items())}},
         "repl_errors": {"total": sum(r["repl_errors"] for r in ok),
                         "episodes": sum(r["repl_errors"] > 0 for r in ok)},
         "format": {"no_code_turns": sum(r["no_code_turns"] for r in ok),

@@ -11,13 +11,14 @@ import random
 from fathom.tasks import store
 from fathom.tasks.generate import FAMILIES
 from fathom.tasks.record import make_id
-from fathom.tasks.splits import plan
+from fathom.tasks.splits import plan, rounds
 
 
 def training_task_ids(n: int, max_length: int | None = None, families: list[str] | None = None, *,
                       imported: list[tuple[str, float]] = (), generated_weight: float = 1.0,
                       order_seed: int | None = None) -> list[str]:
-    """Up to `n` training task ids: the train split's plan (families round-robin, at most `max_length` characters,
+    """Up to `n` training task ids: the train split's plan (families round-robin, in `splits.rounds` order, at most
+    `max_length` characters,
     of `families` only when given) mixed with imported splits (`(name, weight)`, read from the task store's
     manifests, no context loaded) in proportion to their weights against `generated_weight`. TRL's rollout worker
     takes them in this order, so without `order_seed` every run trains on the same tasks in the same order; with it
@@ -61,9 +62,11 @@ def _generated(n: int, max_length: int | None, families: list[str] | None, order
     unknown = sorted(set(families or ()) - set(FAMILIES))
     if unknown:
         raise ValueError(f"trainer.train_families names unknown families {unknown}; choose from {', '.join(FAMILIES)}")
-    rows = plan("train", n)
-    ids = [make_id(family, seed, length) for family, seed, length in rows
-           if (max_length is None or length <= max_length) and (not families or family in families)]
+    keep = {make_id(family, seed, length) for family, seed, length in plan("train", n)
+            if (max_length is None or length <= max_length) and (not families or family in families)}
+    # In rounds, so a family added after the split's first block trains from the first step on, while the first
+    # families keep their order.
+    ids = [t for t in rounds("train", [make_id(*r) for r in plan("train", n)]) if t in keep]
     if not ids:
         raise ValueError(f"no training task has a context of at most {max_length} characters in families "
                          f"{families or 'all'}; raise trainer.train_max_length (train lengths are 1k..128k) "

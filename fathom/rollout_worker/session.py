@@ -143,8 +143,9 @@ class FathomSession(ResourceSession):
         if r.status_code != 200:
             raise RolloutError(f"GET /sessions/{self.session_id}/trace answered {r.status_code}: {r.text[:300]}")
         trace = TrainingTrace.model_validate_json(r.content)
-        # Only trainable (root) turns go to TRL: a zero-masked sub-call between two root turns has a different
-        # prompt, so TRL's chaining would fork the conversation into one row per root turn.
+        # Only trainable turns go to TRL (root turns, and sub-calls under trainable_roles = root+subcall): a dropped
+        # zero-masked sub-call makes no row of its own. The proxy's trace keeps each conversation's turns adjacent
+        # (root conversation first), so TRL's chaining makes one row per conversation.
         keep = [t for t in trace.turns if t.metadata.get("trainable", any(t.loss_mask))]
         _this_rollout.versions = policy_versions(keep)
         return TrainingTrace(schema_version=1, turns=keep)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from fathom.tasks.generate import FAMILIES, describe, generate, get_task, register
 from fathom.tasks.loaders import load_hub, load_jsonl
 from fathom.tasks.record import Gold, Task, TaskMetadata
-from fathom.tasks.reference import reference_solution
+from fathom.tasks.reference import reference_solution, subcall_answer
 from fathom.tasks.reward import score
 from fathom.tasks.splits import configure, load_split
 
-__all__ = ["FAMILIES", "configure", "describe", "Gold", "Task", "TaskMetadata", "generate", "get_task", "load_hub", "load_jsonl",
-           "load_split", "reference_solution", "register", "score"]
+__all__ = ["FAMILIES", "configure", "describe", "Gold", "Task", "TaskMetadata", "generate", "get_task", "load_hub",
+           "load_jsonl", "load_split", "reference_solution", "register", "score", "subcall_answer"]

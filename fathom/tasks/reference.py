@@ -3,7 +3,8 @@
 The source runs inside the sandboxed REPL, so it keeps to what that sandbox allows: only
 whitelisted imports (re), no names starting with an underscore, no dunders, no open/eval,
 no tuple unpacking or augmented assignment (RestrictedPython needs extra guards for those),
-and only the most basic builtins (len, range, int, str, set, list). It ends in FINAL(...).
+and only basic builtins (len, range, int, str, set, list, max, sum), plus the REPL toolbox's helpers
+(`grep`; fathom/env_server/sandbox/toolbox.py). It ends in FINAL(...).
 It powers a scripted model that sees only the chat prompt, so it is given only the question.
 What the question names (a key, a function, a label) the program reads out of the REPL's
 `question` with the pattern the teacher matched (a shorter one for keys), so it never copies
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 import re
 
+from fathom.tasks.families import MODULES
 from fathom.tasks.families.base import STALE_MARKERS
-from fathom.tasks.families.records import PHRASES, VOID
+from fathom.tasks.families.records import LABELS, PHRASES, VOID
 
 _LINE = '''
 def line_at(pos):
@@ -73,69 +75,27 @@ while answer is None and cur is not None and cur not in seen:
 FINAL(answer)
 '''
 
-_RECORDS = '''
-record = re.compile(r"(?:Record |#|\\[)R\\d{6}")
-
-
-def label_of(line):
-    for p in PHRASES:
-        if p in line:
-            return PHRASES[p]
-    return None
-
-
-def live_rows():
-    out = []
-    for line in context.split("\\n"):
-        if not record.match(line):
-            continue
-        void = False
-        for v in VOID:
-            if v in line:
-                void = True
-        if not void and label_of(line) == LABEL:
-            out.append(line)
-    return out
+# Records whose review carries one of the label's phrases, void ones dropped; `grep` is the REPL toolbox's
+# (fathom/env_server/sandbox/toolbox.py). Only the asked operation's lines are written out, so the program
+# stays inside the output cap.
+_ROWS = '''
+label = re.search("positive|negative|neutral", question.lower()).group(0)
+rows = [r for r in grep("R\\\\d{6}.*(" + PHRASES[label] + ")") if not re.search(VOID, r)]
 '''
 
-_AGGREGATE = _RECORDS + '''
-rows = live_rows()
-if OP == "count":
-    FINAL(str(len(rows)))
-elif OP == "sum":
-    amount = re.compile(r"amount: (\\d+)|paid (\\d+)|/ (\\d+) units")
-    total = 0
-    for line in rows:
-        m = amount.search(line)
-        total = total + int(m.group(1) or m.group(2) or m.group(3))
-    FINAL(str(total))
-else:
-    name = re.compile(r"[A-Z][a-z]+ [A-Z][a-z]+")
-    per = {}
-    for line in rows:
-        n = name.search(line).group(0)
-        per[n] = per.get(n, 0) + 1
-    best = None
-    for n in per:
-        if best is None or per[n] > per[best]:
-            best = n
-    FINAL(best)
-'''
+_AGGREGATE = {
+    "count": "FINAL(len(rows))\n",
+    "sum": 'FINAL(sum([int(re.search("(?:t: |d |/ )(\\\\d+)", r).group(1)) for r in rows]))\n',
+    "argmax": 'names = [re.search("[A-Z][a-z]+ [A-Z][a-z]+", r).group(0) for r in rows]\n'
+              "FINAL(max(set(names), key=names.count))\n",
+}
 
-_PAIRS = _RECORDS + '''
-ticket = re.compile(r"T(\\d{6})")
-ident = re.compile(r"R\\d{6}")
-by_ticket = {}
-for line in live_rows():
-    t = ticket.search(line).group(1)
-    by_ticket[t] = by_ticket.get(t, []) + [ident.search(line).group(0)]
-pairs = []
-for t in by_ticket:
-    ids = by_ticket[t]
-    for i in range(len(ids)):
-        for j in range(i + 1, len(ids)):
-            pairs.append("(" + ids[i] + ", " + ids[j] + ")")
-FINAL("; ".join(pairs))
+_PAIRS = '''
+by = {}
+for r in rows:
+    t = re.search("T\\\\d{6}", r).group(0)
+    by[t] = by.get(t, []) + [re.search("R\\\\d{6}", r).group(0)]
+FINAL("; ".join([" & ".join(v) for v in by.values() if len(v) > 1]))
 '''
 
 _CONFIG = '''
@@ -171,11 +131,18 @@ for m in re.finditer(r"(?<![\\w.])" + re.escape(NAME) + r"\\(", context):
 FINAL(answer)
 '''
 
+# The person's passages (grep) and the question go to one sub-call: their wording varies too much for a short
+# program to read the city out of them, and a model can.
+_BIOS = '''
+FINAL(llm("\\n".join(grep(NAME)) + "\\n\\n" + question).strip())
+'''
+
 _KEY = re.compile(r"(?<![A-Za-z-])[a-z]+-[a-z]+(?![A-Za-z-])")
 # No generated question has another lowercase hyphenated word before its key (tests run every wording), so programs
 # read the key with this shorter pattern: 20 tokens for the line against 45, and kv_chain's program (up to 387
 # tokens) stays inside the 400-token output cap of configs/smoke.toml.
 _KEY_SHORT = re.compile(r"[a-z]+-[a-z]+")
+_PERSON = re.compile(r"[A-Z][a-z]+ [A-Z][a-z]+")
 _LABEL = re.compile(r"\b(positive|negative|neutral)\b")
 _CONST = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 _FUNC = re.compile(r"\b[a-z]+_[a-z]+_[a-z]+\b")
@@ -207,24 +174,30 @@ def _ask(pattern: re.Pattern[str], what: str, question: str, lower: bool = False
     return _Ask(read or pattern, lower)
 
 
+def _records_params(labels: tuple[str, ...]) -> dict[str, object]:
+    """Each label's phrases (every split's) as one regular expression, and the void tags as another."""
+    phrases = {lab: "|".join(p for split in PHRASES.values() for p in split[lab]) for lab in labels}
+    return {"PHRASES": phrases, "VOID": "|".join(re.escape(v.strip()) for v in VOID.values())}
+
+
 def reference_solution(question: str) -> str:
     """Sandbox-safe Python source that reads `context` and calls FINAL with the answer to `question`."""
     q, low = question, question.lower()
     stale = {"STALE": list(STALE_MARKERS)}
     if "pair" in low:
-        phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
-        label = _ask(_LABEL, "label", q, lower=True)
-        return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label}, _PAIRS)
+        _ask(_LABEL, "label", q, lower=True)
+        return _program(_records_params(("positive", "negative")), _ROWS + _PAIRS)
     if "follow" in low:
         return _program({**stale, "KEY": _ask(_KEY, "start key", q, read=_KEY_SHORT)}, _CHAIN)
     if "magic number" in low:
         return _program({**stale, "KEY": _ask(_KEY, "key", q, read=_KEY_SHORT)}, _NEEDLE)
     if "review" in low:
-        phrases = {p: lab for split in PHRASES.values() for lab, ps in split.items() for p in ps}
-        label = _ask(_LABEL, "label", q, lower=True)
+        _ask(_LABEL, "label", q, lower=True)
         op = "argmax" if re.search(r"\b(most|largest)\b", low) else "sum" if re.search(r"\b(amounts?|sum)\b", low) \
             else "count"
-        return _program({"PHRASES": phrases, "VOID": list(VOID.values()), "LABEL": label, "OP": op}, _AGGREGATE)
+        return _program(_records_params(LABELS), _ROWS + _AGGREGATE[op])
+    if "city" in low:
+        return _program({"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
     if _CONST.search(q):
         return _program({"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
     name = _ask(_FUNC, "function name", q)
@@ -233,3 +206,14 @@ def reference_solution(question: str) -> str:
     if "call" in low or "invoke" in low:
         return _program({"NAME": name}, _CALLS)
     raise ValueError(f"question {q[:120]!r} matches no task family; reference solutions cover generated tasks only")
+
+
+def subcall_answer(prompt: str) -> str | None:
+    """What the teacher replies to a sub-call a reference program sends: the generator's own reading of the
+    passages in `prompt` (a family's `read`), or None when no family's reference program sends such a prompt."""
+    for module in MODULES.values():
+        read = getattr(module, "read", None)
+        answer = read(prompt) if read else None
+        if answer is not None:
+            return answer
+    return None

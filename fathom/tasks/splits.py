@@ -26,7 +26,12 @@ LENGTHS: dict[str, list[tuple[int, int]]] = {
     "test": [(2**k, 4) for k in range(10, 19)] + [(2**20, 1)],
     "heldout": [(2**k, 2) for k in range(10, 21)] + [(2**21, 1), (2**22, 1), (2**23, 1), (10 * 2**20, 1)],
 }
-DEFAULT_N = {"train": 1000, "test": 150, "heldout": 200}
+FIRST_BLOCK = {"train": 1000, "test": 150, "heldout": 200}
+"""Each split's first tasks, round-robin over the first FIRST_FAMILIES families and pinned before any family was
+added: they stay exactly as they were, so figures on them stay comparable across versions."""
+FIRST_FAMILIES = 5
+DEFAULT_N = {"train": 1200, "test": 180, "heldout": 240}
+"""Past its first block a split holds the families added since, round-robin, on the seeds that follow."""
 
 
 class ManifestError(ValueError):
@@ -34,7 +39,8 @@ class ManifestError(ValueError):
 
 
 def plan(split: str, n: int) -> list[tuple[str, int, int]]:
-    """(family, seed, length) for `n` tasks: families round-robin, lengths drawn by weight, seeds in the split's block."""
+    """(family, seed, length) for `n` tasks: lengths drawn by weight, seeds in the split's block; families round-robin,
+    the first five over the split's FIRST_BLOCK, the families added later over the tasks after it."""
     if split not in SPLITS:
         raise ManifestError(f"split {split!r} is unknown; choose one of {', '.join(SPLITS)}")
     if not 0 < n <= SEED_BLOCK:
@@ -43,9 +49,31 @@ def plan(split: str, n: int) -> list[tuple[str, int, int]]:
     lengths, weights = zip(*LENGTHS[split])
     base = SPLITS.index(split) * SEED_BLOCK
     out = []
+    first, later = FAMILIES[:FIRST_FAMILIES], FAMILIES[FIRST_FAMILIES:]
     for i in range(n):
         length = rng.choices(lengths, weights)[0]
-        out.append((FAMILIES[i % len(FAMILIES)], base + i, length))
+        j = i - FIRST_BLOCK[split]
+        family = first[i % len(first)] if j < 0 or not later else later[j % len(later)]
+        out.append((family, base + i, length))
+    return out
+
+
+def rounds(split: str, ids: list[str], n: int | None = None) -> list[str]:
+    """A manifest's ids in rounds: the first block's tasks five at a time (one per first family), each round followed
+    by the next task of each family added later. With `n`, only the first block's first `n` tasks and the rounds they
+    fill, so the first-n tasks that earlier figures were scored on stay in, and each later family joins in proportion
+    (heldout, n = 100: 20 rounds, 100 + 20 tasks). A manifest no longer than its first block keeps its order, and an
+    imported split (no first block) is its first `n` tasks."""
+    if split not in FIRST_BLOCK:
+        return ids if n is None else ids[:n]
+    first = FIRST_BLOCK[split]
+    head, tail = ids[:first], ids[first:]
+    k = max(len(FAMILIES) - FIRST_FAMILIES, 1)
+    n_head = len(head) if n is None else min(n, len(head))
+    out: list[str] = []
+    for r in range(-(-n_head // FIRST_FAMILIES)):
+        out += head[r * FIRST_FAMILIES:min((r + 1) * FIRST_FAMILIES, n_head)]
+        out += tail[r * k:(r + 1) * k]
     return out
 
 

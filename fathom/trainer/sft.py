@@ -18,18 +18,33 @@ from typing import Any, Callable
 IGNORE = -100
 
 
-def rows_from_trace(trace: Any, rollout_id: Any = 0) -> list[dict[str, list[int]]]:
-    """One row per conversation with trained tokens: `input_ids` and `labels` (-100 off the assistant turns)."""
+def rows_from_trace(trace: Any, rollout_id: Any = 0) -> list[dict[str, Any]]:
+    """One row per conversation with trained tokens: `input_ids`, `labels` (-100 off the assistant turns) and `role`
+    (`root`, or `subcall` for an llm() reply the teacher wrote).
+
+    Each conversation (the proxy's `conversation` metadata; a plain sub-call is one of its own) goes through TRL's
+    chaining on its own, in trace order. The proxy's trace keeps a conversation's turns adjacent, so these are the
+    rows TRL makes of the whole trace in GRPO; chaining them apart tells which role each row has."""
     from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
     from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
 
-    # Fork threshold 0: a turn that does not extend its conversation starts a new row rather than being
-    # realigned, so no teacher token is ever relabelled as context.
-    sequences, _tally = _chain_to_sequences(_turns_from_training_trace(trace), rollout_id, 0)
+    groups: dict[str, list[Any]] = {}
+    for turn in trace.turns:
+        role = turn.metadata.get("role") or "root"
+        # As the proxy links calls (capture_proxy/sessions.py): a root call that names no conversation is in the
+        # root one; a plain sub-call is a conversation of its own.
+        key = turn.metadata.get("conversation") or ("root" if role == "root" else turn.node_id)
+        groups.setdefault(str(key), []).append(turn)
     rows = []
-    for seq in sequences:
-        labels = [t if m else IGNORE for t, m in zip(seq.input_ids, seq.completion_mask)]
-        rows.append({"input_ids": list(seq.input_ids), "labels": labels})
+    for turns in groups.values():
+        # Fork threshold 0: a turn that does not extend its conversation starts a new row rather than being
+        # realigned, so no teacher token is ever relabelled as context.
+        part = trace.model_copy(update={"turns": turns})
+        sequences, _tally = _chain_to_sequences(_turns_from_training_trace(part), rollout_id, 0)
+        role = str(turns[0].metadata.get("role") or "root")
+        for seq in sequences:
+            labels = [t if m else IGNORE for t, m in zip(seq.input_ids, seq.completion_mask)]
+            rows.append({"input_ids": list(seq.input_ids), "labels": labels, "role": role})
     return rows
 
 

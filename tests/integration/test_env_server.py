@@ -38,7 +38,7 @@ def correct(res: dict) -> bool:
 
 def test_reference_policy_solves_the_test_split_with_64_concurrent_episodes(stack):
     ids = load_split("test")
-    # Real-tokenizer replies: the longest reference programs (aggregate, pairs) take ~750 tokens.
+    # Real-tokenizer replies: the longest reference program (kv_chain) takes ~390 tokens.
     results = run_episodes(stack.env_url, [{"task_id": i, "episode_id": f"ref-{i}", "sampling": {"max_tokens": 1024}}
                                            for i in ids])
     failures = [r for r in results if r["status"] != "done"]

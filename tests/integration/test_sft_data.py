@@ -106,3 +106,70 @@ def test_teacher_programs_fit_the_demo_output_cap(tok) -> None:
                 n = len(tok(reply, add_special_tokens=False).input_ids) + 1  # and the end-of-turn token
                 longest[family] = max(longest.get(family, 0), n)
     assert all(n <= cap for n in longest.values()), (cap, longest)
+
+
+def _bios_episode(tok, chat: ChatTokens):
+    """The teacher's episode of a `bios` task as the proxy traces it: the root turn (the reference program), then
+    the plain sub-call that program sends, answered by the teacher."""
+    from tests.unit.tasks.restricted import run_restricted
+
+    task = generate("bios", 500_004, 4096)
+    msgs = _conversation(task.question)
+    program = scripted_reply("teach", msgs, fix_fraction=0.0)
+    sent: list[str] = []
+    finals = run_restricted(reference_solution(task.question), task.context, task.question,
+                            llm=lambda p: sent.append(p) or scripted_reply("teach", [{"role": "user", "content": p}]))
+    assert len(sent) == 1 and finals == [task.gold.answer]
+    p0 = chat.initial(msgs)
+    c0 = tok(program, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    sub_msgs = [{"role": "user", "content": sent[0]}]
+    reply = scripted_reply("teach", sub_msgs)
+    ps = chat.initial(sub_msgs)  # the harness's token-path prompt of a plain sub-call
+    cs = tok(reply, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    root = TrainingTurn(node_id="c0", prompt_token_ids=p0, completion_token_ids=c0, per_token_logps=[0.0] * len(c0),
+                        loss_mask=[0] * len(p0) + [1] * len(c0),
+                        metadata={"trainable": True, "role": "root", "conversation": "root"})
+    sub = TrainingTurn(node_id="c1", prompt_token_ids=ps, completion_token_ids=cs, per_token_logps=[0.0] * len(cs),
+                       loss_mask=[0] * len(ps) + [1] * len(cs), metadata={"trainable": True, "role": "subcall"})
+    return task, TrainingTrace(schema_version=1, turns=[root, sub]), (p0, c0, ps, cs, sent[0], reply)
+
+
+def test_teacher_subcall_rows_are_role_subcall_with_loss_on_the_reply_only(tok) -> None:
+    task, trace, (p0, c0, ps, cs, prompt, reply) = _bios_episode(tok, ChatTokens(tok, "tiny"))
+    assert reply == task.gold.answer  # the teacher answers its own sub-call right
+    rows = rows_from_trace(trace)
+    assert [r["role"] for r in rows] == ["root", "subcall"]
+    sub = rows[1]
+    assert sub["input_ids"] == ps + cs
+    assert [t for t in sub["labels"] if t != IGNORE] == cs
+    assert tok.decode([t for t in sub["labels"] if t != IGNORE]) == f"{task.gold.answer}<|im_end|>"
+    # The rendered example, pinned: the template's default system prompt, the sub-call prompt, then the reply.
+    masked = tok.decode([t for t, lab in zip(sub["input_ids"], sub["labels"]) if lab == IGNORE])
+    assert masked == tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+    assert masked.endswith(f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
+    assert [t for t in rows[0]["labels"] if t != IGNORE] == c0 and rows[0]["input_ids"] == p0 + c0
+
+
+def test_a_trace_with_subcalls_chains_to_one_row_per_conversation_under_trls_chaining(tok) -> None:
+    """GRPO hands TRL the whole trace: the root conversation (two turns) and its sub-call must give two rows, the
+    same rows SFT trains on, with nothing re-tokenized."""
+    from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
+    from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
+
+    chat = ChatTokens(tok, "tiny")
+    task, trace, (p0, c0, ps, cs, prompt, reply) = _bios_episode(tok, chat)
+    p1 = chat.next_prompt(p0, c0, prompts.repl_feedback(["Lisbon"], 2))
+    c1 = tok("```repl\nFINAL('Lisbon')\n```", add_special_tokens=False).input_ids + [tok.eos_token_id]
+    root1 = TrainingTurn(node_id="c2", prompt_token_ids=p1, completion_token_ids=c1, per_token_logps=[0.0] * len(c1),
+                         loss_mask=[0] * len(p1) + [1] * len(c1),
+                         metadata={"trainable": True, "role": "root", "conversation": "root"})
+    # The proxy's training order (sessions.trace_records): the root conversation's turns, then plain sub-calls.
+    ordered = TrainingTrace(schema_version=1, turns=[trace.turns[0], root1, trace.turns[1]])
+    sequences, tally = _chain_to_sequences(_turns_from_training_trace(ordered), 0, 0)
+    assert len(sequences) == 2 and tally["clean"] == 1 and tally["fork"] == 1
+    assert sequences[0].input_ids == p1 + c1 and sequences[1].input_ids == ps + cs
+    rows = rows_from_trace(ordered)
+    assert [(r["role"], r["input_ids"]) for r in rows] == [("root", p1 + c1), ("subcall", ps + cs)]
+    assert [r["labels"] for r in rows] == [[t if m else IGNORE for t, m in zip(s.input_ids, s.completion_mask)]
+                                           for s in sequences]

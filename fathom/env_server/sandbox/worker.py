@@ -18,13 +18,24 @@ from typing import Any
 
 from RestrictedPython import compile_restricted_exec
 
-from fathom.env_server.sandbox import layers, wire
-from fathom.env_server.sandbox.guards import ModuleProxy, SandboxViolation, restricted_globals
+from fathom.env_server.sandbox import layers, toolbox, wire
+from fathom.env_server.sandbox.guards import MODULE_PROXIES, ModuleProxy, SandboxViolation, restricted_globals
 from fathom.env_server.sandbox.policy import SandboxPolicy, aug_attr, aug_item
 
 EXIT_MEMORY = 86
 EXIT_SETUP = 87
-INJECTED = ("llm", "llm_batch", "FINAL", "FINAL_VAR", "SHOW_VARS")
+INJECTED = ("llm", "llm_batch", "FINAL", "FINAL_VAR", "SHOW_VARS", *toolbox.NAMES)
+
+
+def _compile_toolbox() -> Any:
+    res = compile_restricted_exec(toolbox.SOURCE, filename="<toolbox>", policy=SandboxPolicy)
+    if res.errors:  # a broken toolbox must stop the pool from starting, not surface in episodes
+        raise SyntaxError("; ".join(res.errors))
+    return res.code
+
+
+# Compiled once in the zygote (which imports this module); each worker only runs it.
+_TOOLBOX_CODE = _compile_toolbox()
 _TRACE_FRAMES = 5
 
 
@@ -77,6 +88,9 @@ class Worker:
         self.ns = restricted_globals(Printer)
         self.ns.update(_aug_item_=aug_item, _aug_attr_=aug_attr)
         self.ns.update(variables)
+        helpers = restricted_globals(Printer)
+        helpers.update(_aug_item_=aug_item, _aug_attr_=aug_attr)
+        toolbox.install(self.ns, helpers, _TOOLBOX_CODE, context, MODULE_PROXIES["re"])
         self.ns.update(context=context, **{name: _plain(name, fn) for name, fn in (
             ("llm", self.llm), ("llm_batch", self.llm_batch), ("FINAL", self.final_),
             ("FINAL_VAR", self.final_var), ("SHOW_VARS", self.show_vars))})

@@ -10,7 +10,9 @@ import ast
 import re
 from dataclasses import dataclass
 
-SYSTEM_PROMPT = """\
+from fathom.env_server.sandbox.toolbox import DESCRIPTION as TOOLBOX
+
+SYSTEM_PROMPT = f"""\
 You answer a question about a long text that you cannot read directly. The text is in a \
 Python REPL as the string variable `context`.
 
@@ -18,11 +20,12 @@ Write Python in ```repl blocks. Every block runs in the same REPL and you see wh
 (long output is cut). In the REPL you have:
 - `context`: the whole text, a str.
 - `question`: the question you are asked, a str.
-- `llm(prompt)`: asks a language model; returns its reply as a str. Put the piece of text it \
-needs in the prompt, and keep it small.
+- `llm(prompt)`: asks a language model; returns its reply as a str. Use it to read a short \
+passage whose wording code cannot parse: put that passage and the question in the prompt, and keep it small.
 - `llm_batch(prompts)`: runs several llm() prompts at once; returns a list of str.
 - `FINAL(answer)`: submits your final answer and ends the episode.
 - `FINAL_VAR(name)`: submits the value of the REPL variable called `name`.
+{TOOLBOX}
 Imports: re, json, math, statistics, collections, itertools, string, functools, textwrap, \
 difflib, heapq, bisect.
 

@@ -10,10 +10,12 @@ from fathom.tasks import haystack
 from fathom.tasks.record import CHARS_PER_TOKEN, Gold, Task, TaskMetadata, make_id
 
 # Fallback base budgets in tokens (root + sub-calls) for a 1K-character task; see `token_budget`.
-BASE_BUDGET = {"needle": 1500, "kv_chain": 2500, "aggregate": 3000, "pairs": 3500, "code_qa": 2500}
+BASE_BUDGET = {"needle": 1500, "kv_chain": 2500, "aggregate": 3000, "pairs": 3500, "code_qa": 2500, "bios": 2000}
 
 STALE_MARKERS = ("outdated", "no longer", "superseded", "retired", "obsolete", "formerly", "revoked")
-"""Words that mark a stale fact in every family's templates; true facts never contain them."""
+"""Words that mark a stale fact in the templates of the code-solved families; true facts there never contain them
+(bios is the exception by design: its true passage may say "formerly of X, now ...", and reading past it is the
+task)."""
 
 
 @dataclass

@@ -39,7 +39,7 @@ def test_dry_run_prints_the_command_and_plan_and_starts_nothing(tmp_path):
     assert "--stop-at-step 500" in first and "--eval.watch_poll_s 5" in first
     plan = json.loads(rest)
     assert plan == plan | {"source": "/data/runs/qwen1.5b-a100", "out": str(tmp_path / "ev"), "split": "heldout",
-                           "tasks": 50, "poll_s": 5.0, "start_stack": True, "stop_at_step": 500, "idle_exit_s": 3600.0}
+                           "tasks": 60, "poll_s": 5.0, "start_stack": True, "stop_at_step": 500, "idle_exit_s": 3600.0}
     assert not (tmp_path / "ev").exists()
 
 

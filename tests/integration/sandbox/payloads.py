@@ -132,4 +132,12 @@ PAYLOADS: list[tuple[str, str]] = [
     ("class_setattr_dunder", "class A:\n    pass\nsetattr(A(), '__dict__', {})\nprint('ESCAPED')"),
     ("class_dunder_hook", "class A:\n    def __getattr__(self, n):\n        return n\nprint('ESCAPED')"),
     ("print_file_kw", "print('x', file=llm)\nprint('ESCAPED')"),
+    # --- the toolbox: its helpers are sandboxed code like the model's own ---------------------
+    ("toolbox_globals", "g = getattr(grep, '__glob' + 'als__')\nprint('ESCAPED')"),
+    ("toolbox_code", "c = getattr(window, '__co' + 'de__')\nprint('ESCAPED')"),
+    ("toolbox_closure_walk", "f = getattr(chunks, '__clo' + 'sure__')\nprint('ESCAPED')"),
+    ("toolbox_text_object", "class S:\n    def find(self, *a):\n        return 0\ngrep('x', S())\nprint('ESCAPED')"),
+    ("toolbox_memory", "xs = chunks(1, 'a' * 10 ** 7)\nprint('ESCAPED')"),
+    ("toolbox_redos", "grep('(a+)+$', 'a' * 40 + 'b')\nprint('ESCAPED')"),
+    ("toolbox_huge_window", "w = window(0, 1 << 62, 'x')\nprint(len(w))\nx = 'a' * (1 << 30)\nprint('ESCAPED')"),
 ]

@@ -61,7 +61,11 @@ def test_learning_bench_reads_the_run_and_judges_each_target(tmp_path: Path) -> 
     met = {t["name"]: t["met"] for t in out["targets"]}
     assert out["step_min"] == {"policy": 1.0, "grpo": 25.0}
     assert met == {"sft_minus_base_pass1": True, "grpo_minus_sft_paired_ci_low": False, "demo_wall_min": False,
-                   "beyond_window_fraction": True, "heldout_tasks": True}
+                   "beyond_window_fraction": True, "heldout_tasks": True,
+                   # No per-family figures in this run: reported, unmet.
+                   "every_family_grpo_pass1_min": False, "bios_base_pass1": False, "bios_sft_pass1": False,
+                   "bios_grpo_minus_sft_paired_ci_low": False, "bios_grpo_called_llm_share": False,
+                   "code_families_grpo_llm_calls_per_episode_max": False}
     assert out["start_stage"] == "sft"
     assert out["split"] == "heldout" and "reporting" in out["split_use"]
     with pytest.raises(FileNotFoundError, match="make demo"):
@@ -167,6 +171,8 @@ def test_learning_bench_also_splits_the_halves_by_start_time(tmp_path: Path) -> 
     out = _learning().training(tmp_path)
     assert out["by_family"]["needle"] == {"first": {"correct": 2, "n": 2}, "second": {"correct": 0, "n": 2}}
     assert out["by_family_started"]["needle"] == {"first": {"correct": 1, "n": 2}, "second": {"correct": 1, "n": 2}}
+
+
 def test_a_merged_weight_stage_is_labelled_by_stage_with_the_served_name_beside_it(tmp_path: Path) -> None:
     """Under merged reload every stage is served as the base's name: results, report.html and the model card must
     still say `grpo`, not `fathom-base`."""
@@ -192,3 +198,40 @@ def test_a_merged_weight_stage_is_labelled_by_stage_with_the_served_name_beside_
     data = json.loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', html, re.S).group(1))
     assert data["models"] == {"grpo": {"model": "fathom-base", "summary": res["models"]["grpo"]["summary"]}}
     assert "<title>FATHOM eval: grpo</title>" in html and "served as" in html
+
+
+def _family_summary(correct: dict[str, bool], calls: dict[str, int]) -> dict:
+    """A stage summary with per-family pass@1 and selectivity, as metrics.summarize writes them."""
+    from fathom.eval.metrics import summarize
+
+    rows = [{"task_id": t, "family": t.split("-")[0], "length": 4096, "scorable": True, "correct": ok, "reward": 0.0,
+             "llm_calls": calls.get(t, 0), "sub_tokens": 50 * calls.get(t, 0), "total_tokens": 500, "root_tokens": 450,
+             "subcalls_by_depth": {}, "repl_errors": 0, "no_code_turns": 0, "truncated_turns": 0,
+             "format_failure": False, "stop_reason": "final", "error": None, "wall_s": 1.0}
+            for t, ok in correct.items()]
+    return summarize(rows, max_model_len=4096, boot={"n": 200, "seed": 0})
+
+
+def test_learning_bench_judges_the_per_family_and_selectivity_targets(tmp_path: Path) -> None:
+    bios = [f"bios-4k-s{i}" for i in range(40)]
+    needle = [f"needle-4k-s{i}" for i in range(40)]
+    per = {"base": {**{t: False for t in bios}, **{t: i < 2 for i, t in enumerate(needle)}},
+           "sft": {**{t: i < 14 for i, t in enumerate(bios)}, **{t: i < 20 for i, t in enumerate(needle)}},
+           "grpo": {**{t: i < 30 for i, t in enumerate(bios)}, **{t: i < 22 for i, t in enumerate(needle)}}}
+    calls = {"base": {}, "sft": {t: 1 for t in bios[:30]}, "grpo": {**{t: 1 for t in bios[:35]}, needle[0]: 2}}
+    s = summarize_stages(per, {k: _family_summary(v, calls[k]) for k, v in per.items()},
+                         boot={"n": 500, "seed": 0}, beyond_fraction=0.8, wall_s=0)
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "summary.json").write_text(json.dumps(s | {"n_tasks": 80, "split": "heldout"}))
+    out = _learning().evaluate(tmp_path)
+    got = {t["name"]: (t["value"], t["met"]) for t in out["targets"]}
+    assert got["every_family_grpo_pass1_min"] == (pytest.approx(22 / 40), True)
+    assert got["bios_base_pass1"] == (0.0, True)
+    assert got["bios_sft_pass1"] == (pytest.approx(14 / 40), True)
+    assert got["bios_grpo_minus_sft_paired_ci_low"][1] is True and got["bios_grpo_minus_sft_paired_ci_low"][0] > 0
+    assert got["bios_grpo_called_llm_share"] == (pytest.approx(35 / 40), True)
+    assert got["code_families_grpo_llm_calls_per_episode_max"] == (pytest.approx(2 / 40), True)
+    with_calls = out["selectivity"]["grpo"]["bios"]["with_subcalls"]
+    assert with_calls == {"correct": 30, "n": 35, "pass@1": pytest.approx(30 / 35)}
+    assert out["paired_by_family"]["grpo-sft"]["needle"]["delta"] == pytest.approx(2 / 40)
+    assert out["by_family"]["sft"]["bios"] == pytest.approx(14 / 40)

@@ -106,3 +106,18 @@ def test_the_teacher_serves_no_test_routes_and_the_fake_vllm_injects_faults():
         assert c.post("/scripted/fault", json={"nope": 1}).status_code == 422
         c.post("/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": "/w"}})
         assert c.get("/scripted/weights").json() == {"weights_path": "/w", "reloads": 1}
+
+
+def test_teacher_answers_the_subcalls_of_its_own_bios_program():
+    """The bios reference program sends the person's passages and the question to llm(); the teacher (any policy)
+    answers with the city the generator put there, the reply SFT's sub-call rows teach."""
+    from fathom.tasks import generate
+
+    for seed in (1, 2, 1_000_001, 2_000_002):
+        task = generate("bios", seed, 8192)
+        who = task.metadata.extra["person"]
+        prompt = "\n".join(ln for ln in task.context.splitlines() if who in ln) + "\n\n" + task.question
+        with TestClient(create_scripted_app("teach")) as c:
+            reply = chat(c, [{"role": "user", "content": prompt}])["choices"][0]["message"]["content"]
+        assert reply == task.gold.answer, (task.id, prompt)
+    assert "```repl" in scripted_reply("teach", prompts.initial_messages(task.question, task.context, 300), 0.0)

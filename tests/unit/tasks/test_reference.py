@@ -7,7 +7,7 @@ import re
 import pytest
 
 from fathom.tasks import FAMILIES, generate, get_task, load_split, reference_solution, score
-from tests.unit.tasks.restricted import run_restricted
+from tests.unit.tasks.restricted import run_restricted, teacher_llm
 
 
 def _solve(task) -> str | None:
@@ -72,7 +72,8 @@ def test_unknown_question_is_a_clear_error() -> None:
 
 def test_runs_with_the_sandbox_guards() -> None:
     """Cross-check against the env server's own restricted namespace (in-process, no worker processes)."""
-    from fathom.env_server.sandbox import guards
+    from fathom.env_server.sandbox import guards, toolbox
+    from fathom.env_server.sandbox.policy import SandboxPolicy
     from RestrictedPython import compile_restricted_exec
     from RestrictedPython.PrintCollector import PrintCollector
 
@@ -83,12 +84,15 @@ def test_runs_with_the_sandbox_guards() -> None:
             assert not code.errors, code.errors
             finals: list[object] = []
             env = guards.restricted_globals(PrintCollector)
-            env.update(context=t.context, question=t.question, FINAL=finals.append)
+            env.update(context=t.context, question=t.question, FINAL=finals.append, llm=teacher_llm)
+            helpers = guards.restricted_globals(PrintCollector)
+            toolbox.install(env, helpers, compile_restricted_exec(toolbox.SOURCE, policy=SandboxPolicy).code, t.context,
+                            guards.MODULE_PROXIES["re"])
             exec(code.code, env)  # noqa: S102 - RestrictedPython-compiled reference programs
             assert score(t, str(finals[0]), via_final=True, total_tokens=0, llm_calls=0).correct, t.id
 
 
-_ASKS = {"needle": ["question"], "kv_chain": ["question"], "code_qa": ["calls", "config", "where"]}
+_ASKS = {"needle": ["question"], "kv_chain": ["question"], "code_qa": ["calls", "config", "where"], "bios": ["question"]}
 
 
 @pytest.mark.parametrize("family", sorted(_ASKS))

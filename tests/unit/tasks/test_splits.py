@@ -20,7 +20,7 @@ def manifests():
 
 
 def test_pinned_sizes_and_lengths(manifests) -> None:
-    assert len(manifests["train"]["tasks"]) == 1000
+    assert len(manifests["train"]["tasks"]) == 1200
     assert 100 <= len(manifests["test"]["tasks"]) <= 200
     test_lengths = [r["length"] for r in manifests["test"]["tasks"]]
     assert max(test_lengths) <= 2**20 and sum(n > 2**18 for n in test_lengths) <= 15
@@ -131,10 +131,10 @@ def test_configure_applies_tasks_config(tmp_path) -> None:
     assert generate("needle", 1, 4096).metadata.haystack == before
 
 
-def test_heldout_grew_to_200_keeping_its_first_100(manifests) -> None:
+def test_heldout_grew_to_240_keeping_its_first_100(manifests) -> None:
     """Results on the first 100 held-out tasks stay comparable with runs made when the split had only those."""
     tasks = manifests["heldout"]["tasks"]
-    assert len(tasks) == 200 and [r["seed"] for r in tasks] == list(range(2_000_000, 2_000_200))
+    assert len(tasks) == 240 and [r["seed"] for r in tasks] == list(range(2_000_000, 2_000_240))
     assert [(r["family"], r["seed"], r["length"]) for r in tasks[:100]] == splits.plan("heldout", 100)
     # SHA-256 over "id:sha256" lines of the 100-task manifest that earlier runs were scored on.
     first = "\n".join(f"{r['id']}:{r['sha256']}" for r in tasks[:100])
@@ -154,3 +154,33 @@ def test_train_keys_draw_on_words_no_evaluated_split_has() -> None:
     # generate(), not get_task(): other tests register loaded tasks under generated-looking ids.
     words = {w for s in range(40) for w in generate("needle", s, 4096).metadata.extra["key"].split("-")}
     assert words & extra and words - extra
+
+
+# SHA-256 over "id:sha256" lines of each split's manifest as pinned before `bios` was added (1000/150/200 tasks).
+_FIRST_BLOCKS = {"train": "e367c0b612dbead82cf3fa0a521d34e2072f07501cb9ad03f278888eb6803a12",
+                "test": "a6528a93ffbddde3ab2412351b1b7a3c829ba6b36e7abd94ad2068e1df8d88fc",
+                "heldout": "5ccf4a806e9b0b7904b3fe1082e2ae73ca6571c1605bd5674c2def175fda0ccb"}
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_family_added_later_leaves_the_first_block_as_it_was(manifests, split: str) -> None:
+    tasks = manifests[split]["tasks"]
+    first = splits.FIRST_BLOCK[split]
+    text = "\n".join(f"{r['id']}:{r['sha256']}" for r in tasks[:first])
+    assert hashlib.sha256(text.encode()).hexdigest() == _FIRST_BLOCKS[split]
+    assert {r["family"] for r in tasks[:first]} == set(FAMILIES[:splits.FIRST_FAMILIES])
+    assert {r["family"] for r in tasks[first:]} == set(FAMILIES[splits.FIRST_FAMILIES:]) == {"bios"}
+    assert len(tasks) == splits.DEFAULT_N[split]
+    assert [(r["family"], r["seed"], r["length"]) for r in tasks] == splits.plan(split, len(tasks))
+
+
+def test_rounds_keep_the_first_n_and_add_later_families_in_proportion(manifests) -> None:
+    ids = [r["id"] for r in manifests["heldout"]["tasks"]]
+    picked = splits.rounds("heldout", ids, 100)
+    assert [t for t in picked if not t.startswith("bios-")] == ids[:100]
+    assert [t for t in picked if t.startswith("bios-")] == ids[200:220]
+    assert picked[:6] == ids[:5] + [ids[200]]  # one round: a task of each first family, then one bios task
+    assert splits.rounds("heldout", ids) == [t for t in picked] + [
+        t for t in splits.rounds("heldout", ids) if t not in picked]
+    assert sorted(splits.rounds("heldout", ids)) == sorted(ids)
+    assert splits.rounds("test", ids[:7], 3) == ids[:3]  # a manifest within its first block keeps its order
