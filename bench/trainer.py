@@ -254,8 +254,10 @@ def main() -> None:
                 srows = metrics(srun.run_dir)
                 out["sync"] = {"wall_s": round(swall, 1), "step_s_median": med(srows, "perf/step_s"),
                                "rollout_wait_s_median": med(srows, "perf/rollout_wait_s"),
-                               "fwd_bwd_s_median": med(srows, "perf/fwd_bwd_s")}
-                say(f"sync: step {out['sync']['step_s_median'] or 0:.1f} s median")
+                               "fwd_bwd_s_median": med(srows, "perf/fwd_bwd_s"),
+                               "weight_sync_s_median": med(srows, "perf/weight_sync_s")}
+                say(f"sync: step {out['sync']['step_s_median'] or 0:.1f} s median; perfect overlap could reach an "
+                    f"async/sync ratio of {overlap_floor(out['sync'])}")
         finally:
             for p in procs:
                 stop(p)
@@ -265,11 +267,21 @@ def main() -> None:
     print(json.dumps(out))
 
 
+def overlap_floor(sync: dict | None) -> float | None:
+    """The lowest async/sync ratio perfect overlap could reach with the sync run's split: a step that trains for a
+    (fwd+bwd and weight sync) and samples for b takes a + b in sync, at best max(a, b) in async."""
+    if not sync or sync.get("fwd_bwd_s_median") is None or sync.get("rollout_wait_s_median") is None:
+        return None
+    a, b = sync["fwd_bwd_s_median"] + (sync.get("weight_sync_s_median") or 0.0), sync["rollout_wait_s_median"]
+    return round(max(a, b) / (a + b), 3) if a + b > 0 else None
+
+
 def targets(out: dict) -> list[dict]:
     a_step = out["async"]["step_s_median"]
     s_step = (out.get("sync") or {}).get("step_s_median")
     ratio = a_step / s_step if a_step and s_step else None
     out["async_over_sync_step_time"] = ratio
+    out["async_over_sync_floor"] = overlap_floor(out.get("sync"))
     fb, plain = out["async"]["trainer_fwd_bwd_tok_s_median"], out["plain_fwd_bwd"]["under_rollout_load_tok_s"]
     out["trainer_over_plain_idle_fwd_bwd"] = round(fb / out["plain_fwd_bwd"]["idle_tok_s"], 3) if fb else None
     mm = out["async"]["mismatch_on_policy_max"]
