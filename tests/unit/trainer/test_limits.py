@@ -11,14 +11,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from fathom.trainer import limits
 
-H, I, V, LAYERS, HEADS, KV, R = 32, 64, 100, 2, 4, 2, 4
+H, INTER, V, LAYERS, HEADS, KV, R = 32, 64, 100, 2, 4, 2, 4
 HEAD_DIM = H // HEADS
 
 
 def tiny(lora: bool, tied: bool = True):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(hidden_size=H, intermediate_size=I, vocab_size=V, num_hidden_layers=LAYERS,
+    cfg = LlamaConfig(hidden_size=H, intermediate_size=INTER, vocab_size=V, num_hidden_layers=LAYERS,
                       num_attention_heads=HEADS, num_key_value_heads=KV, tie_word_embeddings=tied)
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg)
@@ -30,10 +30,10 @@ def tiny(lora: bool, tied: bool = True):
     return model
 
 
-# per layer: q (H x H), k and v (H x KV*HEAD_DIM), o (H x H), gate/up/down (H x I each); then the head (V x H)
+# per layer: q (H x H), k and v (H x KV*HEAD_DIM), o (H x H), gate/up/down (H x INTER each); then the head (V x H)
 KV_OUT = KV * HEAD_DIM
-BASE = LAYERS * (2 * H * H + 2 * H * KV_OUT + 3 * H * I) + V * H
-LORA = LAYERS * (R * (H + H) + R * (H + KV_OUT) + R * (I + H))
+BASE = LAYERS * (2 * H * H + 2 * H * KV_OUT + 3 * H * INTER) + V * H
+LORA = LAYERS * (R * (H + H) + R * (H + KV_OUT) + R * (INTER + H))
 
 
 def test_linear_weights_counts_base_and_lora_once():
