@@ -58,5 +58,6 @@ def test_overlap_floor_is_the_longer_part_over_the_sum(bench):
     sync = {"fwd_bwd_s_median": 70.0, "weight_sync_s_median": 10.0, "rollout_wait_s_median": 20.0}
     assert bench.overlap_floor(sync) == 0.8  # training 80 s of a 100 s step: async can save at most the 20 s
     assert bench.overlap_floor({**sync, "rollout_wait_s_median": 80.0}) == 0.5
+    assert bench.overlap_floor(sync, shared=True) == 1.0  # one core: training and sampling queue for it
     assert bench.overlap_floor(None) is None
     assert bench.overlap_floor({"fwd_bwd_s_median": None, "rollout_wait_s_median": 1.0}) is None
