@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainer import fwd_bwd  # bench/trainer.py, beside this script
+from trainer_parts import fwd_bwd  # bench/trainer_parts.py, beside this script
 from fathom.unwind import sigterm_unwinds
 
 

@@ -55,6 +55,22 @@ def _lora_config(lora: Any):
                       target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
 
 
+def _flop_limit(model: Any, lengths: list[int], epochs: float, wall: float, bf16: bool) -> dict[str, Any]:
+    """The run's fwd+bwd FLOP/s (LoRA counted as trained, padding not) against this machine's matmul peak at the
+    dtype it trained in, measured now on the cores it trained on (`fathom.trainer.limits`)."""
+    from fathom.trainer import limits
+
+    frozen, trainable = limits.linear_weights(model)
+    layers, heads, _kv, head_dim = limits.attention_shape(model.config)
+    per_epoch = limits.train_flops(frozen, trainable, layers, heads, head_dim, lengths)
+    achieved = per_epoch * epochs / wall if wall else None
+    machine = limits.measure("bfloat16" if bf16 else "float32")
+    return {"flops_per_epoch": per_epoch, "achieved_flop_s": round(achieved) if achieved else None,
+            "flop_fraction_of_peak": limits.fraction(achieved, machine["matmul_peak_flop_s"]),
+            "matmul_dtype": machine["dtype"], "matmul_peak_flop_s": round(machine["matmul_peak_flop_s"]),
+            "copy_bytes_s": round(machine["copy_bytes_s"]), "cores": machine["cores"]}
+
+
 def train_sft(
     model_dir: str | Path,
     rows: list[dict[str, list[int]]],
@@ -130,9 +146,10 @@ def train_sft(
     tmp.rename(adapter)  # a half-written adapter is never seen under its final name
     tokens = sum(len(r["input_ids"]) for r in rows)
     trained = sum(1 for r in rows for t in r["labels"] if t != IGNORE)
+    limit = _flop_limit(trainer.model, [len(r["input_ids"]) for r in rows], sft.epochs, wall, args.bf16)
     metrics = {"examples": len(rows), "steps": total, "epochs": sft.epochs, "wall_s": round(wall, 1),
                "tokens_per_epoch": tokens, "trained_tokens_per_epoch": trained,
-               "tokens_per_s": round(tokens * sft.epochs / wall, 1) if wall else None,
+               "tokens_per_s": round(tokens * sft.epochs / wall, 1) if wall else None, **limit,
                "first_loss": log[0]["loss"] if log else None, "last_loss": log[-1]["loss"] if log else None}
     (out_dir / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
     (out_dir / "sft_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")

@@ -41,6 +41,25 @@ def test_micro_batches_train_the_same_steps_as_one_padded_batch(tiny_model_dir: 
     whole, w_whole = _train(tiny_model_dir, tmp_path / "whole", micro=4)
     split, w_split = _train(tiny_model_dir, tmp_path / "split", micro=1)
     assert whole["steps"] == split["steps"] == 2
+    # The run's FLOP/s against the matmul peak measured after it: the tiny model's LoRA fwd+bwd on 8 rows of
+    # 40-201 tokens (q and v adapted, rank 4), over the training wall time.
+    from transformers import AutoConfig
+
+    from fathom.trainer import limits
+
+    layers, heads, _kv, head_dim = limits.attention_shape(AutoConfig.from_pretrained(tiny_model_dir))
+    assert whole["matmul_dtype"] == "float32" and whole["matmul_peak_flop_s"] > 0 and whole["copy_bytes_s"] > 0
+    lengths = [len(r["input_ids"]) for r in _rows(49152)]
+    cfg = AutoConfig.from_pretrained(tiny_model_dir)
+    base = layers * (2 * cfg.hidden_size * heads * head_dim + 2 * cfg.hidden_size * cfg.num_key_value_heads * head_dim
+                     + 3 * cfg.hidden_size * cfg.intermediate_size) + cfg.vocab_size * cfg.hidden_size
+    lora_w = layers * 4 * (2 * cfg.hidden_size + cfg.hidden_size + cfg.num_key_value_heads * head_dim)
+    flops = limits.train_flops(base, lora_w, layers, heads, head_dim, lengths)
+    assert whole["flops_per_epoch"] == flops
+    assert whole["achieved_flop_s"] == pytest.approx(flops / whole["wall_s"], rel=0.2)  # wall_s is rounded to 0.1 s
+    assert whole["flop_fraction_of_peak"] == pytest.approx(whole["achieved_flop_s"] / whole["matmul_peak_flop_s"],
+                                                           rel=1e-3)
+    assert 0 < whole["flop_fraction_of_peak"] < 1
     log = [json.loads(line) for line in (tmp_path / "whole" / "sft_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in log] == [1, 2]
     # The step's loss is the mean over its trained tokens either way (a mean of per-row means would differ here).
