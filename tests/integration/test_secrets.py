@@ -20,26 +20,11 @@ from fathom.config.security import SHARED_TOKEN_ENV
 from fathom.eval.export import export
 from fathom.protocol import token_headers
 from tests.integration.env_server_stack import running_stack
+from tests.procs import descendants
 from tests.unit.eval.test_watch import write_adapter
 
 SECRETS = {"HF_TOKEN": "hf_PLANTEDhfTOKEN0123456789abcdef", "WANDB_API_KEY": "PLANTEDwandbKEY0123456789abcdef",
            SHARED_TOKEN_ENV: "PLANTEDsharedTOKEN0123456789"}
-
-
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    out, frontier = [], [root]
-    while frontier:
-        kids = [p for p, pp in parents.items() if pp in frontier]
-        out += kids
-        frontier = kids
-    return out
 
 
 def _leaks(text: str) -> list[str]:
@@ -57,7 +42,7 @@ def test_planted_secrets_reach_no_output(tmp_path, monkeypatch):
         auth = token_headers(SECRETS[SHARED_TOKEN_ENV])
         assert httpx.post(f"{stack.proxy_url}/sessions", json={}).status_code == 401
         env_proc = next(p for p in stack.procs if p.name == "env server")
-        sandbox = _descendants(env_proc.p.pid)
+        sandbox = descendants(env_proc.p.pid)
         assert sandbox, "the env server runs its sandbox zygote as a child process"
         for pid in sandbox:
             try:

@@ -16,45 +16,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from tests.procs import alive, cmdline, descendants
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _parents() -> dict[int, int]:
-    out = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                out[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for child, parent in _parents().items():
-        children.setdefault(parent, []).append(child)
-    found, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _terminate_mid_run(argv: list[str], ready: Callable[[set[int]], bool], log: Path, timeout_s: float = 180) -> None:
@@ -65,21 +29,21 @@ def _terminate_mid_run(argv: list[str], ready: Callable[[set[int]], bool], log: 
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and p.poll() is None:
-            seen |= _descendants(p.pid)
+            seen |= descendants(p.pid)
             if ready(seen):
                 break
             time.sleep(0.3)
         assert p.poll() is None and ready(seen), f"never got ready:\n{log.read_text()[-3000:]}"
         time.sleep(2)
-        seen |= _descendants(p.pid)
+        seen |= descendants(p.pid)
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=90)
         time.sleep(1)
-        left = {pid: _cmdline(pid) for pid in seen if _alive(pid)}
+        left = {pid: cmdline(pid) for pid in seen if alive(pid)}
         assert not left, f"still running after SIGTERM of {argv[1:3]}: {left}\n{log.read_text()[-2000:]}"
     finally:
         for pid in [p.pid, *seen]:
-            if _alive(pid):
+            if alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -88,7 +52,7 @@ def _terminate_mid_run(argv: list[str], ready: Callable[[set[int]], bool], log: 
 
 
 def _serving(seen: set[int]) -> bool:
-    cmds = [_cmdline(pid) for pid in seen]
+    cmds = [cmdline(pid) for pid in seen]
     return any("proxy serve" in c for c in cmds) and any("env serve" in c for c in cmds)
 
 

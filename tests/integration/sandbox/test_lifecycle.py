@@ -14,47 +14,21 @@ import pytest
 
 from fathom.config.sandbox import SandboxConfig
 from fathom.env_server.sandbox import SandboxError, SandboxPool
+from tests.procs import descendants, state
 from tests.sandbox_layers import need
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-
-def _descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        children.setdefault(ppid, []).append(int(p))
-    out, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.add(c)
-            todo.append(c)
-    return out
 
 
 def _wait_gone(pids: set[int], limit_s: float = 15.0, reaped: bool = False) -> set[int]:
     """Wait until `pids` have exited (and, with `reaped`, been reaped: no zombies); returns the rest."""
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        alive = {p for p in pids if os.path.exists(f"/proc/{p}") and (reaped or _state(p) != "Z")}
+        alive = {p for p in pids if os.path.exists(f"/proc/{p}") and (reaped or state(p) != "Z")}
         if not alive:
             return set()
         time.sleep(0.05)
     return alive
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
 
 
 def test_concurrent_episodes_from_threads(pool):
@@ -105,15 +79,15 @@ def test_unicode_and_large_context(pool):
 
 
 def test_close_leaves_no_processes():
-    before = _descendants(os.getpid())
+    before = descendants(os.getpid())
     pool = SandboxPool(SandboxConfig(call_timeout_s=2.0))
     eps = [pool.new_episode(str(i)) for i in range(3)]
     eps[0].run("x = 1")
-    started = _descendants(os.getpid()) - before
+    started = descendants(os.getpid()) - before
     assert len(started) >= 4  # zygote (maybe under bwrap) + 3 workers
-    ep_before = _descendants(os.getpid())
+    ep_before = descendants(os.getpid())
     extra = pool.new_episode("closed early")
-    worker = _descendants(os.getpid()) - ep_before
+    worker = descendants(os.getpid()) - ep_before
     assert len(worker) == 1
     extra.close()
     assert _wait_gone(worker, reaped=True) == set()  # killed and reaped (no zombie) while the pool lives on
@@ -126,7 +100,7 @@ def test_close_leaves_no_processes():
 
 
 def _kill_sandbox_tree(pool: SandboxPool) -> None:
-    for pid in _descendants(pool._proc.pid):  # the zygote itself, inside bwrap when present
+    for pid in descendants(pool._proc.pid):  # the zygote itself, inside bwrap when present
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -140,7 +114,7 @@ def test_dead_zygote_is_replaced_once_and_its_episodes_report_dead():
     try:
         old = pool.new_episode("old")
         old.run("v = 1")
-        old_tree = _descendants(pool._proc.pid) | {pool._proc.pid}
+        old_tree = descendants(pool._proc.pid) | {pool._proc.pid}
         _kill_sandbox_tree(pool)
         fresh = pool.new_episode("new")
         assert pool.zygote_restarts == 1
@@ -182,7 +156,7 @@ def test_host_death_takes_zygote_and_workers_down():
     try:
         assert host.stdout is not None
         host.stdout.readline()
-        sandbox = _descendants(host.pid)
+        sandbox = descendants(host.pid)
         assert sandbox
         host.send_signal(signal.SIGKILL)
         host.wait()
@@ -261,11 +235,11 @@ def test_cpu_limit_and_crash_are_named():
 
 
 def test_workers_are_the_oom_killers_first_choice(pool):
-    before = _descendants(os.getpid())
+    before = descendants(os.getpid())
     ep = pool.new_episode("")
     try:
         ep.run("x = 1")
-        new = _descendants(os.getpid()) - before
+        new = descendants(os.getpid()) - before
         scores = []
         for pid in new:
             try:
