@@ -169,10 +169,8 @@ def verify(name: str) -> dict[str, int]:
     return {"checked": checked}
 
 
-def _put(sha: str, data: bytes, force: bool) -> None:
-    path = object_file(sha)
-    if not force and path.is_file() and path.stat().st_size == len(data):
-        return  # content-addressed: the same bytes are already there
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: no reader sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     with os.fdopen(fd, "wb") as fh:
@@ -181,14 +179,16 @@ def _put(sha: str, data: bytes, force: bool) -> None:
     os.replace(tmp, path)
 
 
+def _put(sha: str, data: bytes, force: bool) -> None:
+    path = object_file(sha)
+    if not force and path.is_file() and path.stat().st_size == len(data):
+        return  # content-addressed: the same bytes are already there
+    _write_whole(path, data)
+
+
 def _write_manifest(data: dict[str, Any]) -> Path:
     path = manifest_file(data["split"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(render(data))
-    os.chmod(tmp, _FILE_MODE)
-    os.replace(tmp, path)
+    _write_whole(path, render(data).encode())
     return path
 
 
