@@ -112,19 +112,21 @@ def _hub_revision(repo: str, revision: str | None) -> str:
                           "give revision = a 40-character commit sha") from None
 
 
+def _local_file(src: Any) -> Path:
+    p = Path(src.path).expanduser()
+    if not p.is_file():
+        raise SourceError(f"task source {src.name!r}: file {str(p)!r} does not exist; fix tasks.sources path")
+    return p
+
+
 def open_source(src: Any) -> RowStream:
     """A TaskSource's rows, streamed."""
     if src.kind == "jsonl":
-        p = Path(src.path).expanduser()
-        if not p.is_file():
-            raise SourceError(f"task source {src.name!r}: file {str(p)!r} does not exist; fix tasks.sources path")
-        return _jsonl(p)
+        return _jsonl(_local_file(src))
     from datasets import load_dataset  # heavy: only for the kinds that read through it
 
     if src.kind in ("parquet", "csv"):
-        p = Path(src.path).expanduser()
-        if not p.is_file():
-            raise SourceError(f"task source {src.name!r}: file {str(p)!r} does not exist; fix tasks.sources path")
+        p = _local_file(src)
         digest = file_sha256(p)
         ds = load_dataset(src.kind, data_files=str(p), split="train", streaming=True)
         return RowStream(str(p), _datasets_rows(ds), p.stat().st_size, lambda: f"sha256:{digest}")
