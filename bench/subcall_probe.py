@@ -21,7 +21,6 @@ import argparse
 import json
 import re
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -35,12 +34,7 @@ from fathom.config import load_config
 from fathom.tasks import generate, reference_solution, score
 from fathom.tasks.families import bios
 from fathom.tasks.record import SEED_BLOCK, SPLITS
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def _tasks(splits: list[str], n: int) -> list:
@@ -109,7 +103,7 @@ def main() -> None:
     from fathom.policy_server.launch import PolicyServer
     from fathom.policy_server.models import resolve_model
 
-    overrides = ["--policy_server.port", str(_free_port()), "--policy_server.enforce_eager", "true"]
+    overrides = ["--policy_server.port", str(free_port()), "--policy_server.enforce_eager", "true"]
     if args.adapter or args.sft:
         overrides += ["--policy_server.enable_lora", "true", "--policy_server.weight_sync", "adapter"]
     cfg = load_config(Path(args.config), overrides)
