@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from fathom.config import load_config
 from fathom.tasks import generate, reference_solution, score
 from fathom.tasks.families import bios
 from fathom.tasks.record import SEED_BLOCK, SPLITS
+from fathom.unwind import sigterm_unwinds
 from tests.ports import free_port
 
 
@@ -94,8 +94,6 @@ def main() -> None:
     ap.add_argument("--sft", type=int, default=0, help="first train an adapter on this many teacher sub-call rows")
     ap.add_argument("--config", default=str(ROOT / "configs" / "smoke.toml"))
     args = ap.parse_args()
-    # SIGTERM (a `timeout`, a job runner) unwinds the with-blocks, so vLLM, in its own session, is stopped too.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from fathom.config.sandbox import SandboxConfig
     from fathom.env_server.sandbox import SandboxPool
@@ -177,4 +175,5 @@ def _report(cfg, args, cap: int, rows: list[dict], start_s: float, wall: float, 
 
 
 if __name__ == "__main__":
+    sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still runs the blocks that stop vLLM
     main()
