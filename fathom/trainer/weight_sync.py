@@ -114,6 +114,18 @@ class MergedSync:
         self._post(f"{self.vllm_url}/resume")
         self.sync_seconds.append(time.monotonic() - self._t0)
 
+    def send_weights(self, iterator) -> None:
+        """Hand the merged tensors to vLLM (`_transfer`). On any failure vLLM is resumed before the error goes on:
+        TRL calls resume() only after a sync that returned (its `finally` unmerges, nothing more)."""
+        try:
+            self._transfer(iterator)
+        except BaseException:
+            self._resume_after_failure()
+            raise
+
+    def _transfer(self, iterator) -> None:
+        raise NotImplementedError
+
     def _resume_after_failure(self) -> None:
         # A sync that fails stops the run, but vLLM must not stay paused meanwhile: every in-flight episode would
         # wait out its timeout first. It may now hold part of the new weights, and no new version was published.
@@ -164,16 +176,12 @@ class DiskMergedSync(MergedSync):
         self.keep = keep
         self.count = 0
 
-    def send_weights(self, iterator) -> None:
+    def _transfer(self, iterator) -> None:
         try:
             self._write_and_reload(iterator)
-        except BaseException as e:
-            # TRL calls resume() only after a sync that returned (its `finally` unmerges, nothing more).
-            self._resume_after_failure()
-            if isinstance(e, OSError):
-                raise WeightSyncError(f"writing merged weights under {self.directory} failed ({e}); free space "
-                                      "there or point policy_server.merged_dir at a larger local disk") from e
-            raise
+        except OSError as e:
+            raise WeightSyncError(f"writing merged weights under {self.directory} failed ({e}); free space "
+                                  "there or point policy_server.merged_dir at a larger local disk") from e
 
     def _write_and_reload(self, iterator) -> None:
         from safetensors.torch import save_file
@@ -233,12 +241,8 @@ class NcclMergedSync(MergedSync):
         self.client.init_weight_transfer()
         super().init_weight_transfer()
 
-    def send_weights(self, iterator) -> None:
-        try:  # TRL's client finishes the weight update on a failure; vLLM's pause is ours to end
-            self.client.send_weights(iterator)
-        except BaseException:
-            self._resume_after_failure()
-            raise
+    def _transfer(self, iterator) -> None:
+        self.client.send_weights(iterator)  # TRL's client finishes the weight update on a failure; the pause is ours
 
     def destroy(self) -> None:
         if self.client is not None:
