@@ -209,10 +209,11 @@ def launch(
         die(f"task source(s) {', '.join(lost)} are configured but not imported into {str(store.root())!r}; run "
             + " and ".join(f"`fathom tasks import {n} -c {config}`" for n in lost))
     if dry_run:
+        from fathom.trainer.bucket import bucket_run_dir
+
         print(sync_line(cfg))
-        if cfg.launch.bucket_dir:
-            print(f"run dir: {cfg.run_dir} (local disk), copied as complete files to "
-                  f"{Path(cfg.launch.bucket_dir) / cfg.run_name}")
+        if (bucket := bucket_run_dir(cfg.launch.bucket_dir, cfg.run_name)) is not None:
+            print(f"run dir: {cfg.run_dir} (local disk), copied as complete files to {bucket}")
         for i, s in enumerate(steps, 1):
             extra = f"  (healthy at {s.health_url})" if s.health_url else ""
             print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")

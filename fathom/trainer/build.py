@@ -122,6 +122,7 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     from fathom.rollout_worker import build_worker
     from fathom.rollout_worker.dataset import prompt_rows
     from fathom.trainer import cpu_compat
+    from fathom.trainer.bucket import bucket_run_dir
     from fathom.trainer.callbacks import BucketCopy, HubPush, MetricsJsonl, RichProgress, Watchdog
     from fathom.trainer.grpo import FathomGRPOTrainer
     from fathom.trainer.weight_sync import DiskMergedSync, NcclMergedSync, ServedProbe
@@ -175,8 +176,8 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     callbacks = [metrics, watchdog, RichProgress(t.max_steps, enabled=progress)]
     if t.hub_repo:
         callbacks.append(HubPush(t.hub_repo, run_dir))
-    if cfg.launch.bucket_dir:
-        callbacks.append(BucketCopy(Path(cfg.launch.bucket_dir) / cfg.run_name, run_dir))
+    if (bucket := bucket_run_dir(cfg.launch.bucket_dir, cfg.run_name)) is not None:
+        callbacks.append(BucketCopy(bucket, run_dir))
     lora = LoraConfig(r=t.lora.rank, lora_alpha=t.lora.alpha, lora_dropout=t.lora.dropout,
                       target_modules=list(t.lora.target_modules), task_type="CAUSAL_LM")
     trainer = FathomGRPOTrainer(model=model_path, args=args, train_dataset=dataset, processing_class=tokenizer,
