@@ -83,7 +83,7 @@ def test_checker_catches_a_forbidden_import(tmp_path):
 TESTING_IMPORTERS = {"entrypoints/env_cmd.py"}
 
 
-def testing_violations(root: Path = PKG) -> list[str]:
+def _testing_violations(root: Path = PKG) -> list[str]:
     bad = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
@@ -95,7 +95,7 @@ def testing_violations(root: Path = PKG) -> list[str]:
 
 
 def test_production_code_never_imports_the_testing_package(tmp_path):
-    assert testing_violations() == []
+    assert _testing_violations() == []
     (tmp_path / "trainer").mkdir()
     (tmp_path / "trainer" / "x.py").write_text("from fathom.testing.fake_vllm import create_fake_vllm\n")
-    assert len(testing_violations(tmp_path)) == 1
+    assert len(_testing_violations(tmp_path)) == 1
