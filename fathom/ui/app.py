@@ -80,8 +80,11 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
         try:
             fut, note = backend.submit(model, question, document, task, live)
         except Exception as e:  # noqa: BLE001 - unreachable endpoint, unknown model, runtime that cannot start
+            # A toast beside the status, not gr.Error: an error raised right after a yield can overtake it, and the
+            # page would then never show the Failed status.
+            gr.Warning(error_text(e))
             yield f"**Failed** on **{model}**: {error_text(e)}", render_tree([]), ""
-            raise gr.Error(error_text(e)) from None
+            return
         status = f"Running on **{model}** ({note}); {len(document):,} characters of context."
         try:
             yield status, render_tree(live.turns, running=True), ""
@@ -90,8 +93,9 @@ def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endp
             out = fut.result()
         except Exception as e:  # noqa: BLE001 - a bug past the episode's own error handling: show it, keep the page
             msg = f"the episode failed: {error_text(e)}"
+            gr.Warning(msg)
             yield f"**Failed** on **{model}**: {msg}", render_tree(live.turns), ""
-            raise gr.Error(msg) from None
+            return
         finally:
             fut.cancel()  # the visitor left mid-episode (Gradio closed this generator): stop the episode too
         done = f"Done on **{model}** ({note}): {out.stop_reason}."
