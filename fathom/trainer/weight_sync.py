@@ -149,10 +149,10 @@ class MergedSync:
             self._record(version=version)
 
     def _metric(self, key: str, value: float) -> None:
-        """Into the bound trainer's next log line (TRL's `_metrics` window), beside its own perf/weight_sync_*."""
-        metrics = getattr(self.trainer, "_metrics", None)
-        if metrics is not None:
-            metrics["train"][key].append(value)
+        """Into the bound trainer's next log line (`GRPOTrainerBase.log_metric`), beside TRL's perf/weight_sync_*."""
+        log_metric = getattr(self.trainer, "log_metric", None)
+        if log_metric is not None:
+            log_metric(key, value)
 
     def _record(self, **changes: Any) -> None:
         """Write `state_path` whole, then rename: a supervisor never reads half of it."""
