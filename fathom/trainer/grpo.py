@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,18 +152,16 @@ class FathomGRPOTrainer(GRPOTrainerBase):
             fh.write(json.dumps({"step": self.state.global_step, "runs": runs}) + "\n")
 
     # --- checkpoints written whole, then renamed -------------------------------------------------------
-    def _get_output_dir(self, trial):
-        out = super()._get_output_dir(trial)
-        return os.path.join(out, STAGING) if self._staging else out
+    def checkpoint_dir(self, run_dir: str) -> str:
+        return os.path.join(run_dir, STAGING) if self._staging else run_dir
 
-    def _save_checkpoint(self, model, trial):
-        run_dir = super()._get_output_dir(trial)
+    def save_checkpoint(self, write: Callable[[], None], run_dir: str) -> None:
         name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         staging = Path(run_dir) / STAGING
         shutil.rmtree(staging, ignore_errors=True)
         self._staging = True
         try:
-            super()._save_checkpoint(model, trial)
+            write()
         except OSError as e:
             # Disk full (or gone) mid-write: the half checkpoint is dropped, the previous one stays the newest
             # complete one, and the run stops loudly; `fathom train --resume` continues from there.

@@ -4,6 +4,9 @@ rollout collator, and the module globals FATHOM replaces (see the package docstr
 `GRPOTrainerBase` is TRL's `AsyncGRPOTrainer` with its private members turned into hooks:
 - `before_weight_sync()` / `after_weight_sync()` run around TRL's `_sync_weight`;
 - `log_metric(name, value)` appends to TRL's next log line (its `_metrics["train"]` window);
+- `checkpoint_dir(run_dir)` says where the next checkpoint is written, and `save_checkpoint(write, run_dir)` wraps
+  the write (`write()` runs TRL's own); they stand for transformers' `_get_output_dir` and `_save_checkpoint`, which
+  AsyncGRPOTrainer inherits;
 - `per_token_metrics` maps a per-sample metric key to a batch key: the collator takes the value out of each sample's
   metrics (so it is not logged) and adds a float tensor shaped like `input_ids`, each sample's tokens holding its
   value, padding NaN. That is how a per-sample fact reaches `compute_loss`, where the packed batch no longer says
@@ -108,6 +111,19 @@ class GRPOTrainerBase(AsyncGRPOTrainer):
 
     def log_metric(self, name: str, value: float | tuple[float, float]) -> None:
         self._metrics["train"][name].append(value)
+
+    def checkpoint_dir(self, run_dir: str) -> str:
+        return run_dir
+
+    def save_checkpoint(self, write: Callable[[], None], run_dir: str) -> None:
+        write()
+
+    def _get_output_dir(self, trial):
+        return self.checkpoint_dir(super()._get_output_dir(trial))
+
+    def _save_checkpoint(self, model, trial):
+        run_dir = super()._get_output_dir(trial)  # the run's own directory, whatever checkpoint_dir says
+        self.save_checkpoint(lambda: super(GRPOTrainerBase, self)._save_checkpoint(model, trial), run_dir)
 
     def _sync_weight(self):
         self.before_weight_sync()

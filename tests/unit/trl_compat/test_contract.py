@@ -233,3 +233,30 @@ def test_the_patched_globals_are_where_trl_looks_them_up():
     assert "is_vllm_available()" in inspect.getsource(arw.AsyncRolloutWorker.__init__)
     assert _params(agt.create_model_from_path)[:2] == ["model_id", "architecture"]
     assert 'attn_implementation="kernels-community/flash-attn3"' in inspect.getsource(agt)
+
+
+def test_checkpoints_are_written_under_get_output_dir_by_save_checkpoint(tmp_path):
+    from transformers import Trainer
+
+    assert _params(Trainer._get_output_dir) == ["self", "trial"]
+    assert _params(Trainer._save_checkpoint) == ["self", "model", "trial"]
+    assert "self._get_output_dir(trial=trial)" in inspect.getsource(Trainer._save_checkpoint)
+    seen: list = []
+
+    class Trainer_(GRPOTrainerBase):
+        def checkpoint_dir(self, run_dir):
+            return run_dir + "/staging"
+
+        def save_checkpoint(self, write, run_dir):
+            seen.append(run_dir)
+            write()
+
+    trainer = object.__new__(Trainer_)
+    trainer.args, trainer.hp_search_backend = SimpleNamespace(output_dir=str(tmp_path)), None
+    original = agt.AsyncGRPOTrainer._save_checkpoint
+    agt.AsyncGRPOTrainer._save_checkpoint = lambda self, model, trial: seen.append(self._get_output_dir(trial))
+    try:
+        trainer._save_checkpoint(None, None)
+    finally:
+        agt.AsyncGRPOTrainer._save_checkpoint = original
+    assert seen == [str(tmp_path), f"{tmp_path}/staging"]  # the run's directory to the hook, the staged one to TRL
