@@ -73,8 +73,9 @@ def conversation_of(turn) -> str:
     return turn.metadata.get("conversation") or turn.node_id
 
 
-def analyse(traces: list, chain, to_turns) -> dict:
-    """Drift and row counts of each trace under TRL's chaining at thresholds 0 and 1024."""
+def analyse(traces: list, chain) -> dict:
+    """Drift and row counts of each trace under TRL's chaining (`chain`: `trl_compat.rollout.chain_trace`) at
+    thresholds 0 and 1024."""
     ext = trans = 0
     tallies = {0: defaultdict(float), 1024: defaultdict(float)}
     rows_ratio, fb_ratio, masked = [], [], {0: 0, 1024: 0}
@@ -86,10 +87,9 @@ def analyse(traces: list, chain, to_turns) -> dict:
         convs = {conversation_of(t) for t in tr.turns if any(t.loss_mask)}
         # Where a new conversation starts TRL necessarily opens a new row: not drift, counted apart.
         starts = sum(1 for a, b in zip(tr.turns, tr.turns[1:]) if conversation_of(a) != conversation_of(b))
-        turns = to_turns(tr)
         trained = sum(sum(t.loss_mask) for t in tr.turns)
         for th in (0, 1024):
-            seqs, tally = chain(turns, "bench", th)
+            seqs, tally = chain(tr, "bench", th)
             for k, v in tally.items():
                 tallies[th][k] += v
             tallies[th]["conversation_starts"] += starts
@@ -106,7 +106,7 @@ def analyse(traces: list, chain, to_turns) -> dict:
             "masked_by_drift": masked, "rows_per_conversation": rows_ratio, "fwd_bwd_ratio_no_subcalls": fb_ratio}
 
 
-def recompute(model_dir: str, dtype: str, traces: list, chain, to_turns) -> tuple[float, int]:
+def recompute(model_dir: str, dtype: str, traces: list, chain) -> tuple[float, int]:
     """mean |exp(logp_trainer - logp_sampler) - 1| over every trained token, transformers forward per row."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -116,7 +116,7 @@ def recompute(model_dir: str, dtype: str, traces: list, chain, to_turns) -> tupl
     total, n = 0.0, 0
     with torch.no_grad():
         for tr in traces:
-            seqs, _ = chain(to_turns(tr), "bench", 0)
+            seqs, _ = chain(tr, "bench", 0)
             for s in seqs:
                 ids = torch.tensor([s.input_ids])
                 logp = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
@@ -136,11 +136,11 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=8192)
     args = ap.parse_args()
     from openenv.core.harness.training import TrainingTrace
-    from trl.experimental.async_grpo.openenv_harness import _chain_to_sequences, _turns_from_training_trace
 
     from fathom.config import load_config
     from fathom.policy_server.launch import PolicyServer
     from fathom.policy_server.models import prepare_embedded
+    from fathom.trl_compat.rollout import chain_trace
 
     model_dir = str(prepare_embedded())
     cfg = load_config(None, ["--model.name", model_dir, "--model.max_model_len", str(args.max_model_len),
@@ -169,11 +169,11 @@ def main() -> None:
                     trace_errors.append(f"{r['episode_id']}: {resp.status_code} {resp.text[:300]}")
                     continue
                 traces.append(TrainingTrace.model_validate_json(resp.text))
-    a = analyse(traces, _chain_to_sequences, _turns_from_training_trace)
+    a = analyse(traces, chain_trace)
     from fathom.env_server.server.tokens import ChatTokens
 
     eos_id = ChatTokens.load(model_dir).eot_id
-    ratio_err, n_tokens = recompute(model_dir, cfg.model.dtype, traces, _chain_to_sequences, _turns_from_training_trace)
+    ratio_err, n_tokens = recompute(model_dir, cfg.model.dtype, traces, chain_trace)
 
     def per_token(results: list[dict]) -> float:
         sampled = sum(t["completion_tokens"] for r in results for t in r["turns"])

@@ -4,8 +4,11 @@ two optional changes.
 - Policy version: TRL stamps every sample with the version current when its group was formed. Under merged sync the
   weights change under a running episode, so the loop restamps each sample with the oldest version that sampled
   any of its trained turns (the capture proxy records a version when each call is sent and when it is answered),
-  and marks a sample whose turns span a sync `sample/policy_versions_mixed` = 1. The trainer never counts a mixed
-  sample on-policy (`trainer/grpo.py`), and TRL's staleness is measured from its oldest tokens.
+  and marks a sample whose turns span a sync `sample/policy_versions_mixed` = 1. The versions ride in the rollout's
+  own record (`record.py`): the session writes them there when it fetches the trace, and every training row of the
+  rollout carries the record to scoring. Each sample then carries `sample/policy_version` (NaN when mixed), which
+  the trainer turns into a per-token tensor (`trainer/grpo.py`): it never counts a mixed sample on-policy, and TRL's
+  staleness is measured from the sample's oldest tokens.
 
 - `drop_flat_groups`: a group whose rewards are all equal (all right, all wrong, or all unscorable) gets
   advantage 0 on every sample. TRL still queues those samples: the trainer spends a full forward and backward on
@@ -26,7 +29,7 @@ two optional changes.
   policy at the training temperature over every group, where TRL's `entropy` covers only the trained batch.
 
 Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
-This subclasses TRL 1.15.0's private `_HarnessRolloutLoop` (the only TRL version `cpu_compat` accepts); TRL
+The loop builds on `trl_compat.rollout.HarnessLoop`, TRL's loop-owning rollout loop behind public hooks; TRL
 forwards the worker's constructor keywords to the loop, which is how the two switches reach the child
 (and `cpu_cores`, the cores the child runs on, away from the trainer's).
 """
@@ -40,25 +43,29 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
-
-from fathom.rollout_worker.session import forget_trace_versions, last_trace_versions
+from fathom.rollout_worker.record import RolloutRecord
+from fathom.trl_compat.rollout import HarnessLoop, HarnessWorker
 
 log = logging.getLogger(__name__)
 
 MIXED = "sample/policy_versions_mixed"
 """Per-sample metric: 1.0 when the sample's trained turns came from more than one weights version."""
 
+POLICY_VERSION = "sample/policy_version"
+"""Per-sample value for the trainer: the one policy version that sampled every trained turn, NaN when mixed. The
+trainer takes it out of the metrics before they are logged (`trainer/grpo.py`)."""
 
-def stamp_versions(samples: Sequence[Any], versions: dict[int, tuple[int, int]]) -> None:
-    """Give each sample the oldest policy version of its episode's trained turns and the MIXED flag, from
-    `versions` keyed by id(sample.completion) (every row of one episode shares that object). Samples of an
-    episode with no recorded versions keep TRL's group version."""
-    for s in samples:
-        span = versions.get(id(s.completion))
+
+def stamp_versions(samples: Sequence[Any], records: Sequence[Any]) -> None:
+    """Give each sample the oldest policy version of its rollout's trained turns, the MIXED flag and
+    POLICY_VERSION, from `records` (each sample's `RolloutRecord`, or None). A sample whose rollout recorded no
+    versions keeps TRL's group version, and no MIXED flag."""
+    for s, record in zip(samples, records, strict=True):
+        span = record.policy_versions if isinstance(record, RolloutRecord) else None
         if span is not None:
             s.model_version = span[0]
             s.metrics[MIXED] = float(span[0] != span[1])
+        s.metrics[POLICY_VERSION] = float(s.model_version) if not s.metrics.get(MIXED) else math.nan
 
 
 def is_flat(advantages: list[float]) -> bool:
@@ -128,7 +135,7 @@ def pin_process(cores: list[int]) -> None:
             log.warning("rollout child: could not move thread %d to cores %s (%s)", tid, cores, e.strerror)
 
 
-class FathomRolloutLoop(_HarnessRolloutLoop):
+class FathomRolloutLoop(HarnessLoop):
     """The loop TRL's spawned child runs, with the two group switches of the module docstring (both off: TRL's own
     behaviour)."""
 
@@ -138,9 +145,6 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
             pin_process(cpu_cores)
         self.drop_flat_groups = drop_flat_groups
         self.balance_lengths = balance_lengths
-        self._versions: dict[int, tuple[int, int]] = {}
-        """(oldest, newest) policy version per finished episode, by id of its completion messages; an entry
-        lives until its group is scored (the group holds the messages, so the id is not reused before)."""
         super().__init__(**loop_kwargs)
 
     def run(self) -> None:
@@ -154,37 +158,29 @@ class FathomRolloutLoop(_HarnessRolloutLoop):
         try:
             super().run()
         finally:
-            for queue in (self.rollout_buffer, self._metrics_queue):
-                queue.cancel_join_thread()
+            self.release_queues()
 
-    def _run_session(self, prompt, group_id=0):  # TRL's pool-thread rollout
-        forget_trace_versions()
-        rollout, metrics = super()._run_session(prompt, group_id)
-        versions = last_trace_versions()
-        if metrics is not None and versions is not None:
-            self._versions[id(rollout[0])] = versions
-        return rollout, metrics
+    def task_for(self, prompt: Any) -> RolloutRecord:
+        """Each rollout's own record: the session factory takes the prompt from it and fills in the versions."""
+        return RolloutRecord(prompt)
 
-    async def _score_group(self, group):  # TRL's RolloutGroup
-        samples = await super()._score_group(group)
-        stamp_versions(samples, self._versions)
-        for completion in group.completions:
-            self._versions.pop(id(completion), None)
+    def after_scoring(self, group: Any, samples: list[Any], tasks: list[Any]) -> list[Any]:
+        stamp_versions(samples, tasks)
         flat = is_flat([s.advantage for s in samples])
-        self._push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0), **group_metrics(samples)})
+        self.push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0), **group_metrics(samples)})
         if flat and self.drop_flat_groups:
             log.info("dropping flat group %s (%d samples, all advantages 0)", group.group_id, len(samples))
             return []
         if self.balance_lengths and not flat:
-            self._push_metrics({"rollout/length_balance_max_scale": length_balance(samples)})
+            self.push_metrics({"rollout/length_balance_max_scale": length_balance(samples)})
         return samples
 
 
-class FathomRolloutWorker(HarnessRolloutWorker):
-    """TRL's worker is a handle in the trainer process; its child builds and runs `_loop_cls` with the worker's
+class FathomRolloutWorker(HarnessWorker):
+    """TRL's worker is a handle in the trainer process; its child builds and runs `loop_cls` with the worker's
     keywords, so that is where the group switches go."""
 
-    _loop_cls = FathomRolloutLoop
+    loop_cls = FathomRolloutLoop
     stop_s: float | None = None
     """How long the last `stop()` took."""
     exitcode: int | None = None
@@ -194,7 +190,7 @@ class FathomRolloutWorker(HarnessRolloutWorker):
         """TRL's stop, timed. The child closes its live sessions, which cancels their episodes
         (`FathomSession.close`), and stops joining its queues (`FathomRolloutLoop.run`), so it exits on its own
         instead of at TRL's 15 s terminate."""
-        process = self._process
+        process = self.child_process
         t0 = time.monotonic()
         super().stop()
         if process is not None and process.exitcode is not None:

@@ -20,11 +20,12 @@ from fathom.config.security import shared_token
 from fathom.env_server.client import EpisodeClient
 from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate, token_headers
 from fathom.rollout_worker.balance import LeastInFlight
+from fathom.rollout_worker.record import RolloutRecord
 
 log = logging.getLogger(__name__)
 
-# fetch_training_trace(), verify() and TRL's rollout reward function run back to back on the same pool thread
-# (_HarnessRolloutLoop._run_session); this hands the episode result and the trace's policy versions on.
+# verify() and TRL's rollout reward function run back to back on the same pool thread (TRL's `_run_session`); this
+# hands the episode result on.
 _this_rollout = threading.local()
 
 
@@ -52,16 +53,6 @@ def last_verified() -> EpisodeResult | None:
     return getattr(_this_rollout, "result", None)
 
 
-def last_trace_versions() -> tuple[int, int] | None:
-    """(oldest, newest) policy version of the trained turns of the last trace fetched on this thread, or None."""
-    return getattr(_this_rollout, "versions", None)
-
-
-def forget_trace_versions() -> None:
-    """Clear `last_trace_versions` before a rollout, so a failed fetch cannot leave the previous one's."""
-    _this_rollout.versions = None
-
-
 def policy_versions(turns: list[Any]) -> tuple[int, int] | None:
     """(oldest, newest) weights version that sampled any of these captured turns, from the proxy's per-call
     `policy_version_start` (sent) and `policy_version` (answered); None when no turn carries a version.
@@ -83,9 +74,11 @@ class FathomSession(ResourceSession):
     """An OpenEnv ResourceSession that is also a TrainableSession (wait_for_completion, fetch_training_trace)."""
 
     def __init__(self, factory: "FathomSessionFactory", *, session_id: str, episode_id: str, task_id: str,
-                 policy_version: int):
+                 policy_version: int, record: RolloutRecord | None = None):
         self.factory, self.session_id, self.episode_id, self.task_id = factory, session_id, episode_id, task_id
         self.policy_version = policy_version
+        self.record = record if record is not None else RolloutRecord(task_id)
+        """The rollout's own record: the trace's policy versions go there for the loop (`groups.py`)."""
         self.result: EpisodeResult | None = None
         self.closed = False
         self.env_index = 0
@@ -147,7 +140,7 @@ class FathomSession(ResourceSession):
         # zero-masked sub-call makes no row of its own. The proxy's trace keeps each conversation's turns adjacent
         # (root conversation first), so TRL's chaining makes one row per conversation.
         keep = [t for t in trace.turns if t.metadata.get("trainable", any(t.loss_mask))]
-        _this_rollout.versions = policy_versions(keep)
+        self.record.policy_versions = policy_versions(keep)
         return TrainingTrace(schema_version=1, turns=keep)
 
     def verify(self, transcript: list[dict[str, Any]], final_state: Any | None = None) -> VerifyResult:
@@ -249,7 +242,9 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
         raise RolloutError(f"episode {req.episode_id}: no env server took it: {'; '.join(errors)}")
 
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> FathomSession:
-        task_id = task_id_of(task)
+        """`task`: a dataset prompt, or the `RolloutRecord` that holds it (what FATHOM's rollout loop passes)."""
+        record = task if isinstance(task, RolloutRecord) else None
+        task_id = task_id_of(record.prompt if record is not None else task)
         episode_id = episode_id or f"ep-{time.time_ns():x}"
         meta = {**self.metadata, "episode_id": episode_id, "task_id": task_id, "group": seed}
         try:
@@ -259,7 +254,7 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
                 raise RolloutError(f"POST /sessions on the capture proxy answered {r.status_code}: {r.text[:300]}")
             info = r.json()
             session = FathomSession(self, session_id=info["session_id"], episode_id=episode_id, task_id=task_id,
-                                    policy_version=int(info["policy_version"]))
+                                    policy_version=int(info["policy_version"]), record=record)
             try:
                 session._started_on(self._start_episode(EpisodeRequest(
                     episode_id=episode_id, task_id=task_id, session_id=session.session_id, proxy_url=self.proxy_url,

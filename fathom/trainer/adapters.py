@@ -64,7 +64,8 @@ def merged_tensors(model_dir: str | Path, adapter: str | None):
     """(name, tensor) of base (+ adapter merged) under the names vLLM loads, as the GRPO weight sync sends them."""
     import torch
     from transformers import AutoModelForCausalLM
-    from trl.experimental.async_grpo.async_grpo_trainer import _iter_vllm_named_params
+
+    from fathom.trl_compat.trainer import vllm_named_params
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if adapter:
@@ -73,7 +74,7 @@ def merged_tensors(model_dir: str | Path, adapter: str | None):
         model = PeftModel.from_pretrained(model, str(adapter_dir(adapter)))
         model.merge_adapter()
     with torch.no_grad():
-        yield from _iter_vllm_named_params(model)
+        yield from vllm_named_params(model)
 
 
 def serve_merged(model_dir: str | Path, adapter: str | None, *, vllm_url: str, proxy_url: str, directory: Path,

@@ -65,14 +65,6 @@ def choose(setting: str, *, cuda: bool, load: Callable[[], None] = load_flash_ke
 
 def install(attn_implementation: str) -> None:
     """Make TRL load its model with `attn_implementation` in place of the hard-coded Hub kernel."""
-    from trl.experimental.async_grpo import async_grpo_trainer as agt
+    from fathom.trl_compat.trainer import replace_hub_attention
 
-    original = getattr(agt.create_model_from_path, "_fathom_original", agt.create_model_from_path)
-
-    def create_model_from_path(model_id, architecture=None, **kwargs):
-        if str(kwargs.get("attn_implementation", "")).startswith("kernels-community/"):
-            kwargs["attn_implementation"] = attn_implementation
-        return original(model_id, architecture, **kwargs)
-
-    create_model_from_path._fathom_original = original  # type: ignore[attr-defined]  # installing twice wraps once
-    agt.create_model_from_path = create_model_from_path
+    replace_hub_attention(attn_implementation)

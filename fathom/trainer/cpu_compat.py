@@ -20,7 +20,7 @@ import importlib.util
 import torch
 from torch.utils.checkpoint import checkpoint
 
-TRL_VERSION = "1.15.0"
+from fathom.trl_compat import TRL_VERSION, TrlVersionError, check_trl_version
 
 CPU_PEAK_FLOPS = {"float32": 236e9, "bfloat16": 1409e9}
 """Measured 2048x2048 matmul throughput of this machine kind's 2 cores (fp32 AVX-512, bf16 AMX); MFU divides by it."""
@@ -32,10 +32,6 @@ SEGMENT_SDPA = "fathom_segment_sdpa"
 """The attention implementation name `segment_sdpa` is registered under in transformers."""
 
 _applied = False
-
-
-class TrlVersionError(RuntimeError):
-    """The installed TRL is not the version whose internals this trainer patches and drives."""
 
 
 def native_bf16() -> bool:
@@ -62,15 +58,6 @@ def use_bf16(setting: bool | str, name: str) -> bool:
         warnings.warn(f"{name} = true, but this CPU has no native bf16 matmul (no AVX512-BF16 or AMX): bf16 autocast "
                       f"runs about 25x slower than fp32 here. Set {name} = \"auto\" or false.", stacklevel=2)
     return bool(setting)
-
-
-def check_trl_version() -> None:
-    import trl
-
-    if trl.__version__ != TRL_VERSION:
-        raise TrlVersionError(
-            f"FATHOM's trainer drives TRL {TRL_VERSION}'s AsyncGRPOTrainer internals, but TRL {trl.__version__} is "
-            f"installed; run `pip install trl=={TRL_VERSION}` (pyproject.toml pins it)")
 
 
 def _tile(hidden, weight, bias, targets, temperature, softcap, logit_scale, want_entropy):
@@ -186,17 +173,14 @@ def apply(force: bool = False) -> bool:
         return True
     if torch.cuda.is_available() and not force:
         return False
-    import trl.trainer.utils as trl_utils
-    from trl.experimental.async_grpo import async_grpo_trainer as agt
-    from trl.experimental.async_grpo import async_rollout_worker as arw
-
     from fathom.trainer import attention
+    from fathom.trl_compat import trainer as trl_compat
 
     attention.install(attention.choose("sdpa", cuda=False))
-    agt.get_peak_flops_per_device = _cpu_peak_flops
-    trl_utils._ChunkedLogProbFunction = TorchChunkedLogProb
+    trl_compat.patch_peak_flops(_cpu_peak_flops)
+    trl_compat.patch_chunked_logprob(TorchChunkedLogProb)
     if importlib.util.find_spec("vllm") is None:
-        arw.is_vllm_available = lambda *a, **k: True
+        trl_compat.skip_vllm_guard()
     _applied = True
     return True
 

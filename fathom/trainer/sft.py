@@ -1,10 +1,9 @@
 """SFT warm start: LoRA fine-tuning on recorded teacher episodes, loss on the model's own turns only.
 
-Rows come from the captured traces through TRL's own chaining (`_turns_from_training_trace`,
-`_chain_to_sequences`), the function GRPO uses: an SFT row and a GRPO row of the same episode
-hold the same tokens under the same mask. Labels are the token where the mask is 1 (a token
-the teacher wrote in an assistant turn) and -100 elsewhere (system prompt, question, REPL
-output, template tokens).
+Rows come from the captured traces through TRL's own chaining (`trl_compat.rollout.chain_trace`), the function
+GRPO uses: an SFT row and a GRPO row of the same episode hold the same tokens under the same mask. Labels are the
+token where the mask is 1 (a token the teacher wrote in an assistant turn) and -100 elsewhere (system prompt,
+question, REPL output, template tokens).
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ def rows_from_trace(trace: Any, rollout_id: Any = 0) -> list[dict[str, Any]]:
     Each conversation (the proxy's `conversation` metadata; a plain sub-call is one of its own) goes through TRL's
     chaining on its own, in trace order. The proxy's trace keeps a conversation's turns adjacent, so these are the
     rows TRL makes of the whole trace in GRPO; chaining them apart tells which role each row has."""
-    from trl.experimental.async_grpo.async_rollout_worker import _chain_to_sequences
-    from trl.experimental.async_grpo.openenv_harness import _turns_from_training_trace
+    from fathom.trl_compat.rollout import chain_trace
 
     groups: dict[str, list[Any]] = {}
     for turn in trace.turns:
@@ -40,7 +38,7 @@ def rows_from_trace(trace: Any, rollout_id: Any = 0) -> list[dict[str, Any]]:
         # Fork threshold 0: a turn that does not extend its conversation starts a new row rather than being
         # realigned, so no teacher token is ever relabelled as context.
         part = trace.model_copy(update={"turns": turns})
-        sequences, _tally = _chain_to_sequences(_turns_from_training_trace(part), rollout_id, 0)
+        sequences, _tally = chain_trace(part, rollout_id, 0)
         role = str(turns[0].metadata.get("role") or "root")
         for seq in sequences:
             labels = [t if m else IGNORE for t, m in zip(seq.input_ids, seq.completion_mask)]

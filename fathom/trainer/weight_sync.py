@@ -9,7 +9,7 @@ sessions pin the new version while old ones keep their label.
   (a reader never sees half a file), then vLLM reloads them: POST /collective_rpc reload_weights.
 - `NcclMergedSync` (trainer and vLLM on different GPUs): TRL's own `WeightTransferClient`, built once the
   trainer's model exists. docs/trainer.md says why one GPU uses the disk.
-Names are TRL's (`_iter_vllm_named_params`: PEFT prefixes stripped, LoRA tensors skipped). Tied
+Names are TRL's (`trl_compat.trainer.vllm_named_params`: PEFT prefixes stripped, LoRA tensors skipped). Tied
 embeddings appear once, as `model.embed_tokens.weight`; vLLM's loader ties `lm_head` to it.
 
 `ServedProbe` checks each sync from the outside: the logprobs vLLM serves for one fixed text, after this sync
@@ -149,10 +149,10 @@ class MergedSync:
             self._record(version=version)
 
     def _metric(self, key: str, value: float) -> None:
-        """Into the bound trainer's next log line (TRL's `_metrics` window), beside its own perf/weight_sync_*."""
-        metrics = getattr(self.trainer, "_metrics", None)
-        if metrics is not None:
-            metrics["train"][key].append(value)
+        """Into the bound trainer's next log line (`GRPOTrainerBase.log_metric`), beside TRL's perf/weight_sync_*."""
+        log_metric = getattr(self.trainer, "log_metric", None)
+        if log_metric is not None:
+            log_metric(key, value)
 
     def _record(self, **changes: Any) -> None:
         """Write `state_path` whole, then rename: a supervisor never reads half of it."""
@@ -226,12 +226,13 @@ class NcclMergedSync(MergedSync):
         self.client: Any = None
 
     def init_weight_transfer(self) -> None:
-        from trl.experimental.async_grpo.async_grpo_trainer import _iter_vllm_named_params
         from trl.experimental.async_grpo.weight_transfer import WeightTransferClient
+
+        from fathom.trl_compat.trainer import vllm_named_params
 
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
         names, dtypes, shapes = [], [], []
-        for name, param in _iter_vllm_named_params(model):
+        for name, param in vllm_named_params(model):
             names.append(name)
             dtypes.append(str(param.dtype).split(".")[-1])
             shapes.append(list(param.shape))

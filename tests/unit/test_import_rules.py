@@ -12,12 +12,15 @@ PKG = Path(__file__).resolve().parents[2] / "fathom"
 ALLOWED: dict[str, set[str]] = {
     "config": set(),
     "protocol": set(),
+    # Every reach into TRL's private API. The rollout worker (TRL's loop) and the trainer both need it, and the
+    # rollout worker may not import the trainer, so it is a package of its own that imports no other fathom package.
+    "trl_compat": set(),
     "tasks": {"protocol", "config"},
     "policy_server": {"config"},
     "capture_proxy": {"protocol", "config"},
     "env_server": {"tasks", "protocol", "config"},
-    "rollout_worker": {"env_server.client", "env_server.models", "tasks", "protocol", "config"},
-    "trainer": {"rollout_worker", "protocol", "config"},
+    "rollout_worker": {"env_server.client", "env_server.models", "tasks", "protocol", "config", "trl_compat"},
+    "trainer": {"rollout_worker", "protocol", "config", "trl_compat"},
     "eval": {"rollout_worker", "env_server.client", "env_server.models", "tasks", "protocol", "config"},
     "ui": {"tasks", "protocol", "config"},
 }

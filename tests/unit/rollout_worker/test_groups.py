@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from types import SimpleNamespace
 
 import pytest
 from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _HarnessRolloutLoop
 
-from fathom.rollout_worker.groups import (MIXED, FathomRolloutLoop, FathomRolloutWorker, group_metrics, is_flat,
-                                          length_balance)
+from fathom.rollout_worker.groups import (MIXED, POLICY_VERSION, FathomRolloutLoop, FathomRolloutWorker,
+                                          group_metrics, is_flat, length_balance)
+from fathom.rollout_worker.record import RolloutRecord
+from fathom.trl_compat.rollout import ROW_TASK
 
 
 def _row(advantage: float, completion: object, trained: int, untrained: int = 5, version: int = 0,
@@ -27,11 +30,14 @@ def _score(monkeypatch, samples: list, **switches) -> tuple[list, list]:
     loop = object.__new__(FathomRolloutLoop)  # no child process: only the override runs
     loop.drop_flat_groups = switches.get("drop_flat_groups", False)
     loop.balance_lengths = switches.get("balance_lengths", False)
-    loop._versions = switches.get("versions", {})
     pushed: list[dict] = []
     loop._push_metrics = pushed.append
-    completions = list({id(s.completion): s.completion for s in samples}.values())
-    kept = asyncio.run(loop._score_group(SimpleNamespace(group_id=7, completions=completions)))
+    # one RolloutRecord per conversation (the sample's completion), holding the versions its session recorded;
+    # TRL's group holds each conversation's training rows, one per sample, and each row carries its record
+    versions = switches.get("versions", {})
+    records = {id(s.completion): RolloutRecord("p", versions.get(s.completion)) for s in samples}
+    rows = [[SimpleNamespace(**{ROW_TASK: records[id(s.completion)]})] for s in samples]
+    kept = asyncio.run(loop._score_group(SimpleNamespace(group_id=7, completions_sequences=rows)))
     return kept, pushed
 
 
@@ -123,40 +129,44 @@ def test_samples_take_their_episodes_oldest_version_and_a_sync_inside_one_is_fla
     same, spans, later = object(), object(), object()
     rows = [_row(1.0, same, 10, version=3), _row(-1.0, spans, 10, version=3), _row(-1.0, spans, 10, version=3),
             _row(1.0, later, 10, version=3)]
-    versions = {id(same): (3, 3), id(spans): (3, 4), id(later): (4, 4)}
+    versions = {same: (3, 3), spans: (3, 4), later: (4, 4)}
     kept, _ = _score(monkeypatch, rows, versions=versions)
     assert [r.model_version for r in kept] == [3, 3, 3, 4]
     assert [r.metrics[MIXED] for r in kept] == [0.0, 1.0, 1.0, 0.0]
-    assert versions == {}  # forgotten once the group is scored
+    # what the trainer reads per token: the one version of the sample, never a mixed one
+    got = [r.metrics[POLICY_VERSION] for r in kept]
+    assert got[0] == 3.0 and math.isnan(got[1]) and math.isnan(got[2]) and got[3] == 4.0
 
 
 def test_an_episode_without_recorded_versions_keeps_trls_stamp(monkeypatch):
     kept, _ = _score(monkeypatch, [_row(1.0, object(), 10, version=5), _row(-1.0, object(), 10, version=5)])
     assert [r.model_version for r in kept] == [5, 5] and all(MIXED not in r.metrics for r in kept)
+    assert [r.metrics[POLICY_VERSION] for r in kept] == [5.0, 5.0]
 
 
-def test_run_session_records_the_fetched_traces_versions(monkeypatch):
-    from fathom.rollout_worker import session as sess
+def test_run_session_hands_the_session_a_record_that_every_row_of_the_rollout_carries(monkeypatch):
+    rows = [SimpleNamespace(), SimpleNamespace()]  # a conversation that forked into two training rows
+    seen: list = []
 
-    completion = [{"role": "assistant", "content": "x"}]
-
-    def parent_run(self, prompt, group_id=0):
-        sess._this_rollout.versions = (2, 3)  # what fetch_training_trace leaves on this thread
-        return (completion, [], [], 0, 0, 1.0), {"turns": 2}
+    def parent_run(self, task, group_id=0):
+        seen.append(task)  # TRL passes it to the session factory's create(); the session fills in the versions
+        task.policy_versions = (2, 3)
+        return ([{"role": "assistant", "content": "x"}], [], rows, 0, 0, 1.0), {"turns": 2}
 
     monkeypatch.setattr(_HarnessRolloutLoop, "_run_session", parent_run)
     loop = object.__new__(FathomRolloutLoop)
-    loop._versions = {}
-    loop._run_session("needle-1k-s1")
-    assert loop._versions == {id(completion): (2, 3)}
+    rollout, metrics = loop._run_session("needle-1k-s1")
+    (record,) = seen
+    assert isinstance(record, RolloutRecord) and record.prompt == "needle-1k-s1"
+    assert [getattr(r, ROW_TASK) for r in rollout[2]] == [record, record] and record.policy_versions == (2, 3)
 
-    def failed_run(self, prompt, group_id=0):  # a rollout that never fetched a trace leaves no stale versions
+    def failed_run(self, task, group_id=0):  # a failed rollout has no rows; the next one gets a fresh record
+        seen.append(task)
         return ([], [], [], 0, 0, None), None
 
     monkeypatch.setattr(_HarnessRolloutLoop, "_run_session", failed_run)
-    loop._versions = {}
     loop._run_session("needle-1k-s1")
-    assert loop._versions == {} and sess.last_trace_versions() is None
+    assert seen[1] is not record and seen[1].policy_versions is None
 
 
 def test_the_spawned_child_runs_our_loop_with_the_switches():

@@ -7,9 +7,10 @@ import json
 import httpx
 import pytest
 
+from fathom.rollout_worker.record import RolloutRecord
 from fathom.rollout_worker.rewards import EnvReward, RolloutLog, by_family, read_new, summarize
-from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError,
-                                           last_trace_versions, last_verified, policy_versions, task_id_of)
+from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError, last_verified,
+                                           policy_versions, task_id_of)
 
 TURN = {"node_id": "c1", "prompt_token_ids": [1, 2], "completion_token_ids": [3, 4], "per_token_logps": [-0.1, -0.2],
         "loss_mask": [0, 0, 1, 1], "metadata": {"trainable": True, "role": "root"}}
@@ -110,9 +111,12 @@ def test_closing_a_finished_episode_only_closes_the_proxy_session(tmp_path):
     assert fake.deleted == ["/sessions/s1"]
 
 
-def test_fetched_trace_leaves_its_trained_turns_versions_for_the_loop(tmp_path):
+def test_fetched_trace_leaves_its_trained_turns_versions_in_the_rollouts_record(tmp_path):
     fake = Fake()
-    s = factory(fake, tmp_path).create("needle-1k-s1", seed=7, episode_id="e1")
+    record = RolloutRecord([{"role": "user", "content": "needle-1k-s1"}])  # what the rollout loop passes as the task
+    s = factory(fake, tmp_path).create(record, seed=7, episode_id="e1")
+    assert s.task_id == "needle-1k-s1" and s.record is record and record.policy_versions is None
+    assert fake.started[0]["task_id"] == "needle-1k-s1"
     TURN["metadata"].update(policy_version_start=3, policy_version=4)
     SUB["metadata"].update(policy_version_start=1, policy_version=1)  # not trained: does not count
     try:
@@ -120,7 +124,9 @@ def test_fetched_trace_leaves_its_trained_turns_versions_for_the_loop(tmp_path):
     finally:
         for t in (TURN, SUB):
             t["metadata"].pop("policy_version_start"), t["metadata"].pop("policy_version")
-    assert last_trace_versions() == (3, 4)
+    assert record.policy_versions == (3, 4)
+    other = factory(Fake(), tmp_path).create("needle-1k-s1", seed=7, episode_id="e2")  # a plain prompt gets its own
+    assert other.record is not record and other.record.policy_versions is None
 
 
 def test_policy_versions_span_every_turn_sent_to_answered():

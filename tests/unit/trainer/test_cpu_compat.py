@@ -69,7 +69,7 @@ def test_apply_patches_trl_for_cpu():
     from transformers import AttentionInterface
 
     assert AttentionInterface()[cpu_compat.SEGMENT_SDPA] is cpu_compat.segment_sdpa
-    assert agt.create_model_from_path.__module__ == "fathom.trainer.attention"  # TRL's hard-coded kernel is replaced
+    assert agt.create_model_from_path.__module__ == "fathom.trl_compat.trainer"  # TRL's hard-coded kernel is replaced
 
 
 def test_segment_bounds_split_where_positions_restart():

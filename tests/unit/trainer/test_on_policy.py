@@ -2,55 +2,51 @@
 
 from __future__ import annotations
 
-import queue
+import math
 from types import SimpleNamespace
 
-import torch
+from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollout
 
-from fathom.rollout_worker.groups import MIXED
-from fathom.trainer.grpo import FathomGRPOTrainer, _VersionTap
+from fathom.rollout_worker.groups import POLICY_VERSION
+from fathom.trainer.grpo import VERSION_KEY, FathomGRPOTrainer
+from fathom.trl_compat.trainer import per_token_collator
 
 
-def _sample(ids: list[int], version: int, mixed: float | None = None) -> SimpleNamespace:
-    metrics = {"reward": 1.0} if mixed is None else {"reward": 1.0, MIXED: mixed}
-    return SimpleNamespace(input_ids=ids, model_version=version, metrics=metrics)
+def _example(ids: list[int], version: float) -> dict:
+    """What TRL's rollout dataset yields for a sample the rollout loop stamped (`groups.stamp_versions`)."""
+    return {"input_ids": ids, "completion_mask": [1] * len(ids), "old_log_probs": [-1.0] * len(ids), "advantage": 1.0,
+            "group_id": 0, "metrics": {"reward": 1.0, POLICY_VERSION: version}}
+
+
+def _on_policy(rows: list[list[dict]], trainer_version: int) -> list[list[bool]]:
+    collate = per_token_collator(DataCollatorForRollout, FathomGRPOTrainer.per_token_metrics)(pad_token_id=0,
+                                                                                             num_processes=len(rows))
+    batch = collate([rows])
+    assert all(POLICY_VERSION not in ex["metrics"] for row in rows for ex in row)  # taken out: never logged
+    trainer = object.__new__(FathomGRPOTrainer)  # no model: only the bookkeeping runs
+    trainer.model_version = trainer_version
+    keep = batch["attention_mask"].bool()
+    return [trainer._on_policy_tokens(batch[VERSION_KEY][i][keep[i]]).tolist() for i in range(len(rows))]
 
 
 def test_a_sample_whose_episode_spans_a_sync_is_never_on_policy():
-    q: queue.Queue = queue.Queue()
-    samples = [_sample([1, 2, 3], 4, 0.0), _sample([4, 5], 4, 1.0), _sample([6, 7, 8, 9], 3), _sample([10], 4)]
-    for s in samples:
-        q.put(s)
-    versions: dict = {}
-    tap = _VersionTap(q, versions)
-    assert [tap.get() for _ in samples] == samples
-    trainer = object.__new__(FathomGRPOTrainer)  # no model: only the bookkeeping runs
-    trainer._sample_versions, trainer.model_version = versions, 4
-    ids = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])
-    pos = torch.tensor([0, 1, 2, 0, 1, 0, 1, 2, 3, 0])  # four packed samples
-    on = trainer._on_policy_tokens(ids, pos)
+    row = [_example([1, 2, 3], 4.0), _example([4, 5], math.nan), _example([6, 7, 8, 9], 3.0), _example([10], 4.0)]
+    (on,) = _on_policy([row], 4)
     # on-policy: drawn at 4 in one piece; mixed (3 -> 4 inside the episode) and stale (3) are not
-    assert on.tolist() == [True] * 3 + [False] * 2 + [False] * 4 + [True]
-    assert versions == {}  # each sample's entry is used once
+    assert on == [True] * 3 + [False] * 2 + [False] * 4 + [True]
 
 
-def test_identical_samples_of_different_versions_are_not_on_policy():
-    """Short episodes of one group are often token for token the same; the packed batch cannot tell which copy is
-    which, so ids shared across versions never count on-policy. Shared ids of one version all do."""
-    q: queue.Queue = queue.Queue()
-    samples = [_sample([1, 2], 3), _sample([1, 2], 4), _sample([5, 6], 4), _sample([5, 6], 4)]
-    for s in samples:
-        q.put(s)
-    versions: dict = {}
-    tap = _VersionTap(q, versions)
-    for _ in samples:
-        tap.get()
+def test_identical_samples_of_different_versions_are_told_apart():
+    """Short episodes of one group are often token for token the same; each packed sample carries its own version,
+    so copies drawn at different versions count apart, across packed rows as well."""
+    rows = [[_example([1, 2], 3.0), _example([1, 2], 4.0)], [_example([5, 6], 4.0)]]
+    assert _on_policy(rows, 4) == [[False, False, True, True], [True, True]]
+
+
+def test_a_batch_without_versions_counts_nothing_on_policy():
     trainer = object.__new__(FathomGRPOTrainer)
-    trainer._sample_versions, trainer.model_version = versions, 4
-    ids, pos = torch.tensor([1, 2, 5, 6, 1, 2, 5, 6]), torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
-    on = trainer._on_policy_tokens(ids, pos)
-    assert on.tolist() == [False, False, True, True, False, False, True, True]
-    assert versions == {}
+    trainer.model_version = 0
+    assert trainer._on_policy_tokens(None) is None
 
 
 def test_each_sync_starts_a_probe_whose_result_the_next_sync_logs(monkeypatch):

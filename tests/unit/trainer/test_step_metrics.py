@@ -16,7 +16,7 @@ from fathom.trainer.grpo import FathomGRPOTrainer
 def test_ratio_extremes_are_over_trained_tokens_only():
     trainer = object.__new__(FathomGRPOTrainer)  # no model: only the metric bookkeeping runs
     trainer._metrics = {"train": defaultdict(list)}
-    trainer._sample_versions, trainer.model_version = {}, 0
+    trainer.model_version = 0
     # one packed sample of 5 tokens: the prompt token, then 4 the model sampled; the last is not trained
     old = torch.tensor([[0.0, -1.0, -1.0, -1.0, -1.0]])
     inputs = {"attention_mask": torch.ones(1, 5, dtype=torch.long), "old_log_probs": old,

@@ -1,0 +1,22 @@
+"""One rollout's own record in TRL's rollout child.
+
+TRL's loop draws a dataset prompt and hands it, untouched, to the session factory as the task of one rollout
+(`trl_compat.rollout.HarnessLoop.task_for`). FATHOM's loop hands it a `RolloutRecord` instead: the session reads the
+prompt from it and writes back what TRL's rollout tuple has no field for, and every training row of the rollout
+carries the record to the group's scoring (`groups.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class RolloutRecord:
+    prompt: Any
+    """The dataset prompt TRL drew for this rollout (a task id, or chat messages ending in one)."""
+
+    policy_versions: tuple[int, int] | None = None
+    """(oldest, newest) policy version that sampled any trained turn of the rollout's trace; None until the trace is
+    fetched, and when no turn carries a version."""
