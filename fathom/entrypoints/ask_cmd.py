@@ -43,7 +43,7 @@ def _tree(turns, node) -> None:
 
 async def _episode(cfg, proxy_url: str, model: str, question: str, document: str, max_turns: int):
     from fathom.env_server.server.episode_core import build_harness, resolve_limits
-    from fathom.env_server.server.llm_bridge import ProxyClient
+    from fathom.capture_proxy.client import ProxySession
     from fathom.env_server.server.runtime import Runtime
     from fathom.protocol import EpisodeLimits, Sampling, SessionCreate
 
@@ -53,7 +53,7 @@ async def _episode(cfg, proxy_url: str, model: str, question: str, document: str
         es = cfg.env_server
         limits = resolve_limits(es, EpisodeLimits(max_depth=es.demo_max_depth, max_turns=max_turns))
         sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
-        proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling, model=model),
+        proxy = await ProxySession.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling, model=model),
                                        es.proxy_timeout_s)
         harness = build_harness(rt, limits, proxy, sampling)
         tally = harness.tally

@@ -113,14 +113,14 @@ class Backend:
                        live: LiveEpisode) -> Outcome:
         from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
         from fathom.env_server.server.harness import LoopOutcome, Unscorable
-        from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
+        from fathom.capture_proxy.client import ProxySession, ProxyError
         from fathom.protocol import EpisodeLimits, Sampling, SessionCreate
 
         es, t0 = rt.cfg.env_server, time.perf_counter()
         limits = resolve_limits(es, EpisodeLimits(max_depth=es.demo_max_depth, max_turns=self.max_turns))
         sampling = Sampling(temperature=self.cfg.eval.temperature, max_tokens=self.cfg.trainer.max_completion_tokens)
         try:
-            proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling,
+            proxy = await ProxySession.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling,
                                                                              model=model), es.proxy_timeout_s)
         except ProxyError as e:
             return Outcome(None, "error", time.perf_counter() - t0, 0, 0, error=f"could not open a capture session: {error_text(e)}")

@@ -21,7 +21,7 @@ from fathom.env_server.server import prompts
 from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
 from fathom.env_server.server.errors import Conflict, InvalidRequest, Unavailable
 from fathom.env_server.server.harness import Current, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient
+from fathom.capture_proxy.client import ProxySession
 from fathom.env_server.server.step_episodes import StepEpisode
 from fathom.protocol import EpisodeLimits, TurnStat
 
@@ -65,7 +65,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         proxy = None
         if kwargs.get("session_id"):
             url = kwargs.get("proxy_url") or self.rt.default_proxy_url
-            proxy = ProxyClient(self.rt.http, url, kwargs["session_id"], cfg.proxy_timeout_s)
+            proxy = ProxySession(self.rt.http, url, kwargs["session_id"], cfg.proxy_timeout_s)
         max_turns = kwargs.get("max_turns")
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise InvalidRequest(f"max_turns must be a positive integer, got {max_turns!r}")

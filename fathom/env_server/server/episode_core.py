@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fathom.env_server.server.harness import EventHook, Harness, Limits, Tally
-from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
+from fathom.capture_proxy.client import ProxySession, ProxyError
 from fathom.protocol import EpisodeLimits, RewardComponents, Sampling
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ def resolve_limits(cfg: Any, req: EpisodeLimits, max_turns_default: int | None =
     )
 
 
-def build_harness(rt: "Runtime", limits: Limits, proxy: ProxyClient | None, sampling: Sampling | None = None,
+def build_harness(rt: "Runtime", limits: Limits, proxy: ProxySession | None, sampling: Sampling | None = None,
                   on_event: EventHook | None = None) -> Harness:
     """The episode's harness, its tally's wall clock started now (both modes get the same limit).
     `on_event` sees the tree grow (a live view); see `harness.EventHook`."""

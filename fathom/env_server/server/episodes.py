@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
 from fathom.env_server.server.errors import Conflict, InvalidRequest, NotFound
 from fathom.env_server.server.harness import LoopOutcome, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
+from fathom.capture_proxy.client import ProxySession, ProxyError
 from fathom.protocol import EpisodeRequest, EpisodeResult, SessionCreate
 
 if TYPE_CHECKING:
@@ -165,12 +165,12 @@ class EpisodeManager:
         url = req.proxy_url or rt.default_proxy_url
         try:
             if req.session_id:
-                proxy = ProxyClient(rt.http, url, req.session_id, cfg.proxy_timeout_s)
+                proxy = ProxySession(rt.http, url, req.session_id, cfg.proxy_timeout_s)
             else:
                 create = SessionCreate(metadata={"episode_id": res.episode_id, "task_id": task.id} | req.metadata)
                 if req.sampling is not None:
                     create.sampling = req.sampling
-                proxy = await ProxyClient.open(rt.http, url, create, cfg.proxy_timeout_s)
+                proxy = await ProxySession.open(rt.http, url, create, cfg.proxy_timeout_s)
                 res.session_id = proxy.session_id
         except ProxyError as e:
             res.status, res.stop_reason, res.error = "error", "error", f"could not open a capture session: {e}"

@@ -18,7 +18,7 @@ from typing import Any, Callable, Literal
 
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
-from fathom.env_server.server.llm_bridge import ChatReply, ProxyClient, ProxyError
+from fathom.capture_proxy.client import ChatReply, ProxySession, ProxyError
 from fathom.env_server.server.tokens import TemplateError, TokenPath
 from fathom.protocol import Sampling, StopReason, SubCall, TurnStat
 
@@ -99,7 +99,7 @@ class Harness:
         pool: Any,
         executor: concurrent.futures.Executor | Callable[[int], concurrent.futures.Executor],
         output_cap: int,
-        proxy: ProxyClient | None,
+        proxy: ProxySession | None,
         tally: Tally,
         sampling: Sampling | None = None,
         tokens: TokenPath | None = None,
