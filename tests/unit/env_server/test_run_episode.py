@@ -3,7 +3,6 @@ it can end, as its callers see it. The sandbox is the exec stand-in and the prox
 
 from __future__ import annotations
 
-import asyncio
 import functools
 
 import httpx
@@ -15,7 +14,7 @@ from fathom.env_server.server.app import create_app
 from fathom.env_server.server.episode_core import resolve_limits, run_episode
 from fathom.protocol import EpisodeLimits, SessionCreate
 from fathom.tasks import get_task, load_split, reference_solution
-from tests.unit.env_server.fakes import FakePool, FakeProxy
+from tests.unit.env_server.fakes import FakePool, FakeProxy, HangsAfterFirstCall
 
 TASK = get_task(load_split("test")[1])
 SOLVES = f"```repl\n{reference_solution(TASK.question)}\n```"
@@ -74,14 +73,6 @@ def test_a_proxy_that_fails_mid_episode_is_unscorable_never_zero(runtime):
 
 def test_the_wall_clock_stops_the_loop_from_outside_and_the_answer_is_still_scored(runtime):
     run, _ = runtime
-    never = asyncio.Event()
-
-    class HangsAfterFirstCall(FakeProxy):
-        async def handle(self, request):
-            if request.url.path.endswith("/chat/completions") and self.calls:
-                await never.wait()
-            return await super().handle(request)
-
     limits = resolve_limits(load_config(None, []).env_server, EpisodeLimits(wall_clock_s=1.0, max_turns=8))
     out = run(HangsAfterFirstCall(lambda m: "```repl\nprint(1)\n```"), session_id="s1", task=TASK, limits=limits)
     assert out.timed_out and out.stop_reason == "timeout" and out.answer is None
