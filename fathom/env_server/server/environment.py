@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from fathom.capture_proxy.client import ProxySession
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server import prompts
-from fathom.capture_proxy.client import ProxySession
 from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
 from fathom.env_server.server.errors import Conflict, InvalidRequest, Unavailable
 from fathom.env_server.server.harness import Current, Unscorable

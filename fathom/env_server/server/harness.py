@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from fathom.capture_proxy.client import ChatReply, ProxyError, ProxySession
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
-from fathom.capture_proxy.client import ChatReply, ProxySession, ProxyError
 from fathom.env_server.server.tokens import TemplateError, TokenPath
 from fathom.protocol import Sampling, StopReason, SubCall, TurnStat
 

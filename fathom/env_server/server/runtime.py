@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 import httpx
 
+from fathom.capture_proxy.client import ProxyError, ProxySession
 from fathom.config import FathomConfig
 from fathom.env_server.server.step_episodes import StepStore
 from fathom.env_server.server.episodes import EpisodeManager, load_task
-from fathom.capture_proxy.client import ProxySession, ProxyError
 from fathom.env_server.server.task_cache import TaskCache
 from fathom.env_server.server.tokens import ChatTokens, TokenPath
 from fathom.protocol import token_headers
