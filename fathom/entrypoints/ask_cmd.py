@@ -42,10 +42,10 @@ def _tree(turns, node) -> None:
 
 
 async def _episode(cfg, proxy_url: str, model: str, question: str, document: str, max_turns: int):
-    from fathom.env_server.server.episode_core import build_harness, resolve_limits
-    from fathom.env_server.server.llm_bridge import ProxyClient
+    from fathom.env_server.server.episode_core import resolve_limits, run_episode
     from fathom.env_server.server.runtime import Runtime
     from fathom.protocol import EpisodeLimits, Sampling, SessionCreate
+    from fathom.ui.errors import error_text
 
     rt = Runtime(cfg)
     await rt.start()
@@ -53,14 +53,11 @@ async def _episode(cfg, proxy_url: str, model: str, question: str, document: str
         es = cfg.env_server
         limits = resolve_limits(es, EpisodeLimits(max_depth=es.demo_max_depth, max_turns=max_turns))
         sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
-        proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling, model=model),
-                                       es.proxy_timeout_s)
-        harness = build_harness(rt, limits, proxy, sampling)
-        tally = harness.tally
         turns: list = []
-        out = await asyncio.wait_for(harness.run_loop(question, document, depth=0, parent=None,
-                                                      max_turns=limits.max_turns, turns=turns), limits.wall_clock_s)
-        return out, turns, tally
+        run = await run_episode(rt, question, document, limits=limits, turns=turns, proxy_url=proxy_url,
+                                create=SessionCreate(trainable=False, sampling=sampling, model=model),
+                                sampling=sampling, describe=error_text)
+        return run, turns
     finally:
         await rt.stop()
 
@@ -100,19 +97,21 @@ def ask(
         with serve_in_thread(proxy_app) as proxy_url:
             cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this engine at start
             eprint(f"asking {name} (on {base} at {base_url}, {path_note}) about {document} ({len(text):,} characters)")
-            out, turns, tally = asyncio.run(_episode(cfg, proxy_url, name, question, text,
-                                                     max_turns or cfg.env_server.max_turns))
-    except asyncio.TimeoutError:
-        die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")
+            run, turns = asyncio.run(_episode(cfg, proxy_url, name, question, text,
+                                              max_turns or cfg.env_server.max_turns))
     except Exception as e:  # noqa: BLE001 - proxy, engine or sandbox failure: say which and stop
         from fathom.ui.errors import error_text
 
         die(f"the episode failed: {error_text(e)}")
+    if run.timed_out:
+        die(f"the episode ran past env_server.wall_clock_s ({cfg.env_server.wall_clock_s:g} s)")
+    if run.error is not None:
+        die(f"the episode failed: {run.error}")
     tree = Tree(f"[bold]{question}[/]")
     _tree(turns, tree)
     console.print(tree)
-    console.print(f"stop: {out.stop_reason}; {tally.tokens} tokens; {tally.subcalls} llm() calls")
-    if out.answer is None:
+    console.print(f"stop: {run.stop_reason}; {run.total_tokens} tokens; {run.llm_calls} llm() calls")
+    if run.answer is None:
         console.print("[red]no answer[/] (the model did not call FINAL)")
         raise typer.Exit(1)
-    print(out.answer)
+    print(run.answer)

@@ -13,7 +13,6 @@ import concurrent.futures
 import contextlib
 import copy
 import threading
-import time
 from typing import Any
 
 from fathom.config import FathomConfig
@@ -111,40 +110,22 @@ class Backend:
 
     async def _episode(self, rt: Any, proxy_url: str, model: str, question: str, document: str, task: Any | None,
                        live: LiveEpisode) -> Outcome:
-        from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
-        from fathom.env_server.server.harness import LoopOutcome, Unscorable
-        from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
+        from fathom.env_server.server.episode_core import resolve_limits, run_episode
         from fathom.protocol import EpisodeLimits, Sampling, SessionCreate
 
-        es, t0 = rt.cfg.env_server, time.perf_counter()
+        es = rt.cfg.env_server
         limits = resolve_limits(es, EpisodeLimits(max_depth=es.demo_max_depth, max_turns=self.max_turns))
         sampling = Sampling(temperature=self.cfg.eval.temperature, max_tokens=self.cfg.trainer.max_completion_tokens)
-        try:
-            proxy = await ProxyClient.open(rt.http, proxy_url, SessionCreate(trainable=False, sampling=sampling,
-                                                                             model=model), es.proxy_timeout_s)
-        except ProxyError as e:
-            return Outcome(None, "error", time.perf_counter() - t0, 0, 0, error=f"could not open a capture session: {error_text(e)}")
-        harness = build_harness(rt, limits, proxy, sampling, on_event=live.on_event)
-        tally = harness.tally
-        try:
-            out = await asyncio.wait_for(harness.run_loop(question, document, depth=0, parent=None,
-                                                          max_turns=limits.max_turns, turns=live.turns),
-                                         timeout=max(tally.remaining_s(), 0.0))
-        except asyncio.TimeoutError:
-            out = LoopOutcome(None, False, "timeout")
-        except Unscorable as e:
-            return Outcome(None, "error", time.perf_counter() - t0, tally.subcalls, tally.tokens, error=error_text(e))
-        wall = time.perf_counter() - t0
+        run = await run_episode(rt, question, document, limits=limits, turns=live.turns, proxy_url=proxy_url,
+                                create=SessionCreate(trainable=False, sampling=sampling, model=model),
+                                sampling=sampling, task=task, on_event=live.on_event, describe=error_text)
+        if run.error is not None:
+            return Outcome(None, "error", run.wall_s, run.llm_calls, run.total_tokens, error=run.error)
         if task is None:
-            try:
-                total = (await proxy.session_info()).total_tokens
-            except ProxyError:
-                total = tally.tokens
-            return Outcome(out.answer, out.stop_reason, wall, tally.subcalls, total,
+            return Outcome(run.answer, run.stop_reason, run.wall_s, run.llm_calls, run.total_tokens,
                            reward_note="no expected answer was given")
-        verdict = await verify(rt, task, out.answer, via_final=out.via_final, harness=harness)
-        return Outcome(out.answer, out.stop_reason, wall, tally.subcalls, verdict.total_tokens,
-                       reward=verdict.components, reward_note=verdict.error or "")
+        return Outcome(run.answer, run.stop_reason, run.wall_s, run.llm_calls, run.total_tokens,
+                       reward=run.components, reward_note=run.verdict_error or "")
 
     def close(self) -> None:
         for fut in list(self._starts.values()):  # a start still running finishes first, so close stops what it made

@@ -14,9 +14,9 @@ from typing import Callable
 
 import httpx
 
-from fathom.config.security import shared_token
+from fathom.capture_proxy.client import ProxyClient, ProxyError
 from fathom.env_server.client import EpisodeClient, EpisodeError
-from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate, token_headers
+from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate
 
 
 class EvalError(RuntimeError):
@@ -43,33 +43,40 @@ class EvalRunner:
         self.run_id = uuid.uuid4().hex[:8]
         self._closer: concurrent.futures.Executor | None = None
 
-    def _open(self, proxy: httpx.Client, task_id: str) -> str:
+    def _open(self, proxy: ProxyClient, task_id: str) -> str:
         spec = SessionCreate(trainable=False, sampling=self.sampling, model=self.t.model,
                              metadata={"eval": self.run_id, "label": self.t.label, "task_id": task_id})
-        r = proxy.post("/sessions", json=spec.model_dump(mode="json", exclude_none=True))
-        if r.status_code == 404:
-            raise EvalError(f"the capture proxy at {self.t.proxy_url} cannot pin model {self.t.model!r}: "
-                            f"{r.json().get('error', {}).get('message', r.text)}")
-        if r.status_code != 201:
-            raise EpisodeError(f"POST /sessions on the proxy answered {r.status_code}: {r.text[:300]}")
-        return r.json()["session_id"]
+        try:
+            return proxy.open_session(spec).session_id
+        except ProxyError as e:
+            if e.status == 404:
+                raise EvalError(f"the capture proxy at {self.t.proxy_url} cannot pin model {self.t.model!r}: "
+                                f"{e.detail}") from None
+            if e.status is None:
+                raise
+            raise EpisodeError(f"POST /sessions on the proxy answered {e.status}: {e.body[:300]}") from None
+
+    def _proxy(self, **kw) -> ProxyClient:
+        return ProxyClient(self.t.proxy_url, timeout_s=30, **kw)
 
     def preflight(self) -> None:
         """Fail before the first episode when a server is down or the model is not served."""
-        for name, url, path in (("capture proxy", self.t.proxy_url, "/healthz"), ("env server", self.t.env_url, "/health")):
-            try:
-                httpx.get(url.rstrip("/") + path, timeout=10).raise_for_status()
-            except httpx.HTTPError as e:
-                raise EvalError(f"{name} at {url} is not answering ({e}); start it, or let `fathom eval` start "
-                                "the stack from a config (--start)") from None
-        with httpx.Client(base_url=self.t.proxy_url, headers=token_headers(shared_token()), timeout=30) as proxy:
-            sid = self._open(proxy, "preflight")
-            proxy.delete(f"/sessions/{sid}")
+        with self._proxy() as proxy:
+            checks = (("capture proxy", self.t.proxy_url, proxy.health),
+                      ("env server", self.t.env_url, lambda: httpx.get(self.t.env_url.rstrip("/") + "/health",
+                                                                     timeout=10).raise_for_status()))
+            for name, url, check in checks:
+                try:
+                    check()
+                except (httpx.HTTPError, ProxyError) as e:
+                    raise EvalError(f"{name} at {url} is not answering ({e.__cause__ or e}); start it, or let "
+                                    "`fathom eval` start the stack from a config (--start)") from None
+            proxy.close_session(self._open(proxy, "preflight"))
 
-    def run_one(self, task_id: str, proxy: httpx.Client | None = None, env: EpisodeClient | None = None) -> EpisodeResult:
+    def run_one(self, task_id: str, proxy: ProxyClient | None = None, env: EpisodeClient | None = None) -> EpisodeResult:
         """One episode; any infrastructure failure comes back as an unscorable result, never raised."""
         if proxy is None or env is None:
-            with httpx.Client(base_url=self.t.proxy_url, headers=token_headers(shared_token()), timeout=30) as p, EpisodeClient(self.t.env_url) as e:
+            with self._proxy() as p, EpisodeClient(self.t.env_url) as e:
                 return self.run_one(task_id, p, e)
         # Unique per call: a runner reused (the watcher, a benchmark's rounds) must not collide with its earlier ids.
         eid = f"eval-{self.run_id}-{self.t.label}-{task_id}-{uuid.uuid4().hex[:6]}"
@@ -88,7 +95,7 @@ class EvalRunner:
                     self._close(proxy, sid)
         except EvalError:
             raise
-        except (EpisodeError, httpx.HTTPError, ValueError) as e:
+        except (EpisodeError, ProxyError, httpx.HTTPError, ValueError) as e:
             return EpisodeResult(episode_id=eid, task_id=task_id, session_id=sid, status="error", stop_reason="error",
                                  error=f"evaluation could not run the episode: {e}")
         if res.status not in ("done", "error"):  # still running after timeout_s: no verdict, so unscorable
@@ -97,10 +104,10 @@ class EvalRunner:
         return res
 
     @staticmethod
-    def _close(proxy: httpx.Client, sid: str) -> None:
+    def _close(proxy: ProxyClient, sid: str) -> None:
         try:
-            proxy.delete(f"/sessions/{sid}")
-        except httpx.HTTPError:
+            proxy.close_session(sid)
+        except ProxyError:
             pass  # an unclosed eval session is evicted by the proxy's idle TTL; the episode's result stands
 
     def run(self, task_ids: list[str], on_result: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:
@@ -110,7 +117,7 @@ class EvalRunner:
         # One client each, shared by the threads (httpx clients are thread-safe): a client per episode
         # costs a TLS context and a TCP connect each, which showed up as eval overhead on 2 cores.
         limits = httpx.Limits(max_connections=2 * self.concurrency, max_keepalive_connections=2 * self.concurrency)
-        with httpx.Client(base_url=self.t.proxy_url, headers=token_headers(shared_token()), timeout=30, limits=limits) as proxy, \
+        with self._proxy(limits=limits) as proxy, \
                 EpisodeClient(self.t.env_url) as env, concurrent.futures.ThreadPoolExecutor(self.concurrency) as pool, \
                 concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="eval-close") as closer:
             self._closer = closer

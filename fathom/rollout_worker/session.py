@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
+from fathom.capture_proxy.client import ProxyClient, ProxyError
 from fathom.config.security import shared_token
 from fathom.env_server.client import EpisodeClient
-from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate, token_headers
+from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate
 from fathom.rollout_worker.balance import LeastInFlight
 from fathom.rollout_worker.record import RolloutRecord
 
@@ -128,14 +129,14 @@ class FathomSession(ResourceSession):
         return 0 if res.status == "done" else 1
 
     def fetch_training_trace(self) -> TrainingTrace:
-        r = self.factory.proxy.get(f"/sessions/{self.session_id}/trace")
-        if r.status_code == 409 and _code(r) == "invalid_capture":
-            raise InvalidCaptureError(
-                f"capture of session {self.session_id} (episode {self.episode_id}, task {self.task_id}) is invalid, "
-                f"training stops: {_message(r)}")
-        if r.status_code != 200:
-            raise RolloutError(f"GET /sessions/{self.session_id}/trace answered {r.status_code}: {r.text[:300]}")
-        trace = TrainingTrace.model_validate_json(r.content)
+        try:
+            trace = self.factory.proxy.trace(self.session_id)
+        except ProxyError as e:
+            if e.status == 409 and e.code == "invalid_capture":
+                raise InvalidCaptureError(
+                    f"capture of session {self.session_id} (episode {self.episode_id}, task {self.task_id}) is "
+                    f"invalid, training stops: {e.detail}") from e
+            raise RolloutError(_answered(f"GET /sessions/{self.session_id}/trace", e)) from e
         # Only trainable turns go to TRL (root turns, and sub-calls under trainable_roles = root+subcall): a dropped
         # zero-masked sub-call makes no row of its own. The proxy's trace keeps each conversation's turns adjacent
         # (root conversation first), so TRL's chaining makes one row per conversation.
@@ -170,8 +171,8 @@ class FathomSession(ResourceSession):
                 log.warning("cancelling episode %s on %s failed: %s", self.episode_id, self.env.base_url, e)
         self._finished()
         try:
-            self.factory.proxy.delete(f"/sessions/{self.session_id}")
-        except httpx.HTTPError as e:
+            self.factory.proxy.close_session(self.session_id)
+        except ProxyError as e:
             log.warning("closing proxy session %s failed: %s", self.session_id, e)
 
 
@@ -213,7 +214,7 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
         self.metadata = dict(metadata or {})
         self.on_failure = on_failure
         token = token or shared_token()
-        self.proxy = httpx.Client(base_url=self.proxy_url, timeout=60.0, headers=token_headers(token))
+        self.proxy = ProxyClient(self.proxy_url, timeout_s=60.0, token=token)
         self.env_clients = [EpisodeClient(u, timeout_s=60.0, token=token) for u in self.env_urls]
         self.balancer = LeastInFlight(len(self.env_clients))
 
@@ -248,13 +249,12 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
         episode_id = episode_id or f"ep-{time.time_ns():x}"
         meta = {**self.metadata, "episode_id": episode_id, "task_id": task_id, "group": seed}
         try:
-            r = self.proxy.post("/sessions", json=SessionCreate(trainable=True, sampling=self.sampling,
-                                                                metadata=meta).model_dump(mode="json"))
-            if r.status_code != 201:
-                raise RolloutError(f"POST /sessions on the capture proxy answered {r.status_code}: {r.text[:300]}")
-            info = r.json()
-            session = FathomSession(self, session_id=info["session_id"], episode_id=episode_id, task_id=task_id,
-                                    policy_version=int(info["policy_version"]), record=record)
+            try:
+                info = self.proxy.open_session(SessionCreate(trainable=True, sampling=self.sampling, metadata=meta))
+            except ProxyError as e:
+                raise RolloutError(_answered("POST /sessions on the capture proxy", e)) from e
+            session = FathomSession(self, session_id=info.session_id, episode_id=episode_id, task_id=task_id,
+                                    policy_version=int(info.policy_version), record=record)
             try:
                 session._started_on(self._start_episode(EpisodeRequest(
                     episode_id=episode_id, task_id=task_id, session_id=session.session_id, proxy_url=self.proxy_url,
@@ -269,18 +269,9 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
         return session
 
 
-def _code(r: httpx.Response) -> str | None:
-    try:
-        return (r.json().get("error") or {}).get("code")
-    except (ValueError, AttributeError):
-        return None
-
-
-def _message(r: httpx.Response) -> str:
-    try:
-        return str((r.json().get("error") or {}).get("message") or r.text)
-    except (ValueError, AttributeError):
-        return r.text[:500]
+def _answered(request: str, e: ProxyError) -> str:
+    """What a RolloutError says: the proxy's status and answer, or why no answer came."""
+    return f"{request} answered {e.status}: {e.body[:300]}" if e.status is not None else str(e)
 
 
 __all__ = ["FathomSession", "FathomSessionFactory", "InvalidCaptureError", "RolloutError", "episode_metrics",

@@ -18,10 +18,12 @@ ALLOWED: dict[str, set[str]] = {
     "tasks": {"protocol", "config"},
     "policy_server": {"config"},
     "capture_proxy": {"protocol", "config"},
-    "env_server": {"tasks", "protocol", "config"},
-    "rollout_worker": {"env_server.client", "env_server.models", "tasks", "protocol", "config", "trl_compat"},
+    "env_server": {"capture_proxy.client", "tasks", "protocol", "config"},
+    "rollout_worker": {"capture_proxy.client", "env_server.client", "env_server.models", "tasks", "protocol", "config",
+                       "trl_compat"},
     "trainer": {"rollout_worker", "protocol", "config", "trl_compat"},
-    "eval": {"rollout_worker", "env_server.client", "env_server.models", "tasks", "protocol", "config"},
+    "eval": {"rollout_worker", "capture_proxy.client", "env_server.client", "env_server.models", "tasks", "protocol",
+             "config"},
     "ui": {"tasks", "protocol", "config"},
 }
 
@@ -31,10 +33,14 @@ def _package_of(path: Path, root: Path) -> str:
     return rel.parts[0] if rel.parts else ""
 
 
-def _fathom_imports(path: Path) -> list[tuple[int, str]]:
+# A client module and the package modules it must never reach: what it imports travels into other processes.
+CLIENT_SIDES = {"env_server.client": "fathom.env_server.server", "capture_proxy.client": "fathom.capture_proxy"}
+
+
+def _fathom_imports(path: Path, module_level: bool = False) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found = []
-    for node in ast.walk(tree):
+    for node in (tree.body if module_level else ast.walk(tree)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "fathom"]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "fathom":
@@ -46,10 +52,9 @@ def _fathom_imports(path: Path) -> list[tuple[int, str]]:
 def _allowed(pkg: str, target: str, rel_module: str) -> bool:
     parts = target.split(".")[1:]
     if not parts or parts[0] == pkg:
-        # Inside env_server, the client side must not reach into the server side.
-        if pkg == "env_server" and rel_module.startswith("env_server.client") and target.startswith("fathom.env_server.server"):
-            return False
-        return True
+        # Inside its package, a client must not reach into the server side.
+        return not any(rel_module.startswith(client) and (target == server or target.startswith(server + "."))
+                       and target != f"fathom.{client}" for client, server in CLIENT_SIDES.items())
     dotted = ".".join(parts)
     return any(dotted == a or dotted.startswith(a + ".") for a in ALLOWED[pkg])
 
@@ -67,6 +72,19 @@ def violations(root: Path = PKG) -> list[str]:
     return bad
 
 
+def _package_init_violations(root: Path = PKG) -> list[str]:
+    """A client's package `__init__` runs whenever the client is imported: it must load no module of its package
+    at import time (so importing the proxy's client does not start loading the proxy's server)."""
+    bad = []
+    for client in CLIENT_SIDES:
+        init = root / client.split(".")[0] / "__init__.py"
+        if init.exists():
+            pkg = f"fathom.{client.split('.')[0]}."
+            bad += [f"{init.relative_to(root.parent)}:{n}: imports {t} at import time"
+                    for n, t in _fathom_imports(init, module_level=True) if t.startswith(pkg)]
+    return bad
+
+
 def test_import_table_holds():
     assert violations() == []
 
@@ -80,6 +98,25 @@ def test_checker_catches_a_forbidden_import(tmp_path):
     (tmp_path / "config" / "x.py").write_text("from fathom import protocol\n")
     got = violations(tmp_path)
     assert len(got) == 3, got
+
+
+def test_the_proxy_client_is_the_only_part_of_the_proxy_its_users_may_import(tmp_path):
+    assert _package_init_violations() == []
+    for pkg in ("env_server", "rollout_worker", "eval"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "ok.py").write_text("from fathom.capture_proxy.client import ProxyClient\n")
+        (tmp_path / pkg / "bad.py").write_text("from fathom.capture_proxy.service import ProxyService\n"
+                                               "import fathom.capture_proxy.app\nfrom fathom import capture_proxy\n")
+    (tmp_path / "capture_proxy").mkdir()
+    (tmp_path / "capture_proxy" / "client.py").write_text("from fathom.capture_proxy import errors\n")
+    (tmp_path / "capture_proxy" / "__init__.py").write_text("from fathom.capture_proxy.app import create_app\n")
+    got = violations(tmp_path)
+    assert sorted(got) == sorted(
+        [f"{tmp_path.name}/{p}/bad.py:{n}: {p} imports {t}" for p in ("env_server", "rollout_worker", "eval")
+         for n, t in ((1, "fathom.capture_proxy.service"), (2, "fathom.capture_proxy.app"), (3, "fathom.capture_proxy"))]
+        + [f"{tmp_path.name}/capture_proxy/client.py:1: capture_proxy imports fathom.capture_proxy"]), got
+    assert _package_init_violations(tmp_path) == [
+        f"{tmp_path.name}/capture_proxy/__init__.py:1: imports fathom.capture_proxy.app at import time"]
 
 
 # fathom.testing (fakes for tests and benchmarks) is imported by no fathom module but the command that serves it.

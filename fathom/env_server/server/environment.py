@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from fathom.capture_proxy.client import ProxySession
 from fathom.env_server.models import ENV_NAME, RLMAction, RLMObservation, RLMState
 from fathom.env_server.server import prompts
 from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
 from fathom.env_server.server.errors import Conflict, InvalidRequest, Unavailable
 from fathom.env_server.server.harness import Current, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient
 from fathom.env_server.server.step_episodes import StepEpisode
 from fathom.protocol import EpisodeLimits, TurnStat
 
@@ -65,7 +65,7 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
         proxy = None
         if kwargs.get("session_id"):
             url = kwargs.get("proxy_url") or self.rt.default_proxy_url
-            proxy = ProxyClient(self.rt.http, url, kwargs["session_id"], cfg.proxy_timeout_s)
+            proxy = ProxySession(self.rt.http, url, kwargs["session_id"], cfg.proxy_timeout_s)
         max_turns = kwargs.get("max_turns")
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise InvalidRequest(f"max_turns must be a positive integer, got {max_turns!r}")
@@ -122,12 +122,12 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
             tally = ep.harness.tally
             if tally.remaining_s() <= 0:
                 return await self._finish(ep, obs, "timeout")
-            turn = TurnStat(index=ep.turn, call_id=action.parent_call_id)
+            turn = TurnStat(index=ep.turn, call_id=action.parent_call_id, code_blocks=[action.code])
             ep.cur.turn = turn
             ep.turn += 1
             obs.turn = ep.turn
             try:
-                res = await asyncio.wait_for(ep.harness.run_code(ep.sandbox, action.code, turn),
+                end = await asyncio.wait_for(ep.harness.take_turn(ep.sandbox, turn, ep.max_turns - ep.turn),
                                              timeout=tally.remaining_s())
             except asyncio.TimeoutError:
                 obs.error = f"the episode's wall clock ({tally.limits.wall_clock_s:g} s, env_server.wall_clock_s) ran out"
@@ -137,13 +137,13 @@ class RLMEnvironment(Environment[RLMAction, RLMObservation, RLMState]):
                 ep.close_soon()
                 obs.done, obs.stop_reason, obs.error, obs.reward = True, "error", str(e), None
                 return obs
+            res = end.last
             ep.llm_calls += len(turn.subcalls)
             obs.output, obs.error, obs.truncated = turn.outputs[-1], res.error, res.truncated
             obs.killed_reason, obs.llm_calls, obs.final_answer = res.killed_reason, len(turn.subcalls), res.final_answer
             obs.sandbox_ms = turn.sandbox_ms
-            if res.final_answer is not None:
-                ep.answer = res.final_answer
-                tally.final_calls += 1
+            if end.answer is not None:
+                ep.answer = end.answer
                 return await self._finish(ep, obs, "final")
             if ep.turn >= ep.max_turns:
                 return await self._finish(ep, obs, "max_turns")

@@ -16,10 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fathom.env_server.server.episode_core import build_harness, resolve_limits, verify
+from fathom.env_server.server.episode_core import resolve_limits, run_episode
 from fathom.env_server.server.errors import Conflict, InvalidRequest, NotFound
-from fathom.env_server.server.harness import LoopOutcome, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
 from fathom.protocol import EpisodeRequest, EpisodeResult, SessionCreate
 
 if TYPE_CHECKING:
@@ -160,39 +158,24 @@ class EpisodeManager:
             entry.finish()
 
     async def _episode(self, req: EpisodeRequest, task: Any, res: EpisodeResult) -> None:
-        rt, cfg = self.rt, self.rt.cfg.env_server
-        limits = resolve_limits(cfg, req.limits)
-        url = req.proxy_url or rt.default_proxy_url
-        try:
-            if req.session_id:
-                proxy = ProxyClient(rt.http, url, req.session_id, cfg.proxy_timeout_s)
-            else:
-                create = SessionCreate(metadata={"episode_id": res.episode_id, "task_id": task.id} | req.metadata)
-                if req.sampling is not None:
-                    create.sampling = req.sampling
-                proxy = await ProxyClient.open(rt.http, url, create, cfg.proxy_timeout_s)
-                res.session_id = proxy.session_id
-        except ProxyError as e:
-            res.status, res.stop_reason, res.error = "error", "error", f"could not open a capture session: {e}"
+        rt = self.rt
+        create = SessionCreate(metadata={"episode_id": res.episode_id, "task_id": task.id} | req.metadata)
+        if req.sampling is not None:
+            create.sampling = req.sampling
+
+        def opened(session_id: str) -> None:
+            res.session_id = session_id
+
+        run = await run_episode(rt, task.question, task.context, limits=resolve_limits(rt.cfg.env_server, req.limits),
+                                turns=res.turns, proxy_url=req.proxy_url or rt.default_proxy_url,
+                                session_id=req.session_id, create=create, sampling=req.sampling, task=task,
+                                on_session=opened)
+        res.llm_calls, res.total_tokens = run.llm_calls, run.total_tokens
+        if run.error is not None:  # no session, or the loop's infrastructure failed: unscorable
+            res.status, res.stop_reason, res.error, res.reward = "error", "error", run.error, None
             return
-        harness = build_harness(rt, limits, proxy, req.sampling)
-        tally = harness.tally
-        try:
-            out = await asyncio.wait_for(
-                harness.run_loop(task.question, task.context, depth=0, parent=None,
-                                 max_turns=limits.max_turns, turns=res.turns),
-                timeout=max(tally.remaining_s(), 0.0),
-            )
-        except asyncio.TimeoutError:
-            out = LoopOutcome(None, False, "timeout")
-        except Unscorable as e:
-            res.status, res.stop_reason, res.error, res.reward = "error", "error", str(e), None
-            res.llm_calls, res.total_tokens = tally.subcalls, tally.tokens
+        res.answer, res.stop_reason = run.answer, run.stop_reason
+        if run.components is None:
+            res.status, res.error, res.reward = "error", run.verdict_error, None
             return
-        res.answer, res.stop_reason, res.llm_calls = out.answer, out.stop_reason, tally.subcalls
-        verdict = await verify(rt, task, out.answer, via_final=out.via_final, harness=harness)
-        res.total_tokens = verdict.total_tokens
-        if verdict.components is None:
-            res.status, res.error, res.reward = "error", verdict.error, None
-            return
-        res.reward_components, res.reward, res.status = verdict.components, verdict.components.total, "done"
+        res.reward_components, res.reward, res.status = run.components, run.components.total, "done"

@@ -16,9 +16,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from fathom.capture_proxy.client import ChatReply, ProxyError, ProxySession
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
-from fathom.env_server.server.llm_bridge import ChatReply, ProxyClient, ProxyError
 from fathom.env_server.server.tokens import TemplateError, TokenPath
 from fathom.protocol import Sampling, StopReason, SubCall, TurnStat
 
@@ -68,6 +68,16 @@ class LoopOutcome:
 
 
 @dataclass
+class TurnEnd:
+    """How one turn's code ended: `answer` when FINAL ended the loop, else the next user message (`feedback`)."""
+
+    answer: str | None
+    feedback: str
+    last: Any | None = None
+    """The last sandbox run's result (None when no code ran)."""
+
+
+@dataclass
 class Current:
     """The turn whose code is running in a sandbox, so `llm()` knows its parent call and where to record."""
 
@@ -99,7 +109,7 @@ class Harness:
         pool: Any,
         executor: concurrent.futures.Executor | Callable[[int], concurrent.futures.Executor],
         output_cap: int,
-        proxy: ProxyClient | None,
+        proxy: ProxySession | None,
         tally: Tally,
         sampling: Sampling | None = None,
         tokens: TokenPath | None = None,
@@ -326,21 +336,17 @@ class Harness:
                 turns.append(turn)
                 cur.turn = turn
                 self.emit("turn", turn)
-                answer, feedback = await self._run_reply(ep, turn, max_turns - i - 1)
+                end = await self.take_turn(ep, turn, max_turns - i - 1)
                 turn.server_ms = max((time.perf_counter() - t0) * 1000 - turn.model_ms - turn.sandbox_ms, 0.0)
-                if answer is not None:
-                    turn.final_answer = answer
-                    self.emit("final", turn)
-                    if depth == 0:  # a nested episode's FINAL answers its llm(), not the task
-                        self.tally.final_calls += 1
-                    return LoopOutcome(answer, True, "final")
+                if end.answer is not None:
+                    return LoopOutcome(end.answer, True, "final")
                 if prompt_ids is not None:
                     assert reply.completion_ids is not None
-                    prompt_ids = self.tokens.chat.next_prompt(prompt_ids, reply.completion_ids, feedback)  # type: ignore[union-attr]
+                    prompt_ids = self.tokens.chat.next_prompt(prompt_ids, reply.completion_ids, end.feedback)  # type: ignore[union-attr]
                 else:
                     messages = messages + [
                         {"role": "assistant", "content": reply.text},
-                        {"role": "user", "content": feedback},
+                        {"role": "user", "content": end.feedback},
                     ]
             return LoopOutcome(None, False, "max_turns")
         finally:
@@ -349,22 +355,32 @@ class Harness:
             # cancelled (timed-out) loop still releases its worker.
             asyncio.get_running_loop().run_in_executor(self.executor_for(depth), ep.close)
 
-    async def _run_reply(self, ep: Any, turn: TurnStat, turns_left: int) -> tuple[str | None, str]:
-        """Run one reply's code blocks in order (parsed into `turn.code_blocks`); returns (final answer or None,
-        the next user message)."""
+    async def take_turn(self, ep: Any, turn: TurnStat, turns_left: int) -> TurnEnd:
+        """One turn in the episode's sandbox `ep`: run `turn.code_blocks` in order (none: the reply's text FINAL)
+        until one answers with FINAL, which ends the loop. The root loop and step mode both take turns here."""
+        end = await self._run_reply(ep, turn, turns_left)
+        if end.answer is not None:
+            turn.final_answer = end.answer
+            self.emit("final", turn)
+            if turn.depth == 0:  # a nested episode's FINAL answers its llm(), not the task
+                self.tally.final_calls += 1
+        return end
+
+    async def _run_reply(self, ep: Any, turn: TurnStat, turns_left: int) -> TurnEnd:
         if not turn.code_blocks:
             tf = prompts.text_final(turn.completion)
             if tf is None:
                 turn.no_code = True
-                return None, prompts.NO_CODE_MESSAGE
+                return TurnEnd(None, prompts.NO_CODE_MESSAGE)
             if tf.var is None:
-                return tf.answer, ""
+                return TurnEnd(tf.answer, "")
             res = await self.run_code(ep, f"FINAL_VAR({tf.var!r})", turn)
             if res.final_answer is not None:
-                return res.final_answer, ""
-            return None, prompts.repl_feedback(turn.outputs, turns_left)
+                return TurnEnd(res.final_answer, "", res)
+            return TurnEnd(None, prompts.repl_feedback(turn.outputs, turns_left), res)
+        res = None
         for code in turn.code_blocks:
             res = await self.run_code(ep, code, turn)
             if res.final_answer is not None:
-                return res.final_answer, ""
-        return None, prompts.repl_feedback(turn.outputs, turns_left)
+                return TurnEnd(res.final_answer, "", res)
+        return TurnEnd(None, prompts.repl_feedback(turn.outputs, turns_left), res)

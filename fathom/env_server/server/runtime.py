@@ -10,10 +10,10 @@ from typing import Any, Callable
 
 import httpx
 
+from fathom.capture_proxy.client import ProxyError, ProxySession
 from fathom.config import FathomConfig
 from fathom.env_server.server.step_episodes import StepStore
 from fathom.env_server.server.episodes import EpisodeManager, load_task
-from fathom.env_server.server.llm_bridge import ProxyClient, ProxyError
 from fathom.env_server.server.task_cache import TaskCache
 from fathom.env_server.server.tokens import ChatTokens, TokenPath
 from fathom.protocol import token_headers
@@ -96,7 +96,7 @@ class Runtime:
         chat = await asyncio.get_running_loop().run_in_executor(self.executor, ChatTokens.load, self.tokenizer_dir)
         self.tokens = TokenPath(chat)
         assert self.http is not None
-        probe = ProxyClient(self.http, self.default_proxy_url, "", 30.0)
+        probe = ProxySession(self.http, self.default_proxy_url, "", 30.0)
         try:
             await self.tokens.ensure(probe)
         except ProxyError as e:  # the proxy may start after us; the first episode on each proxy checks again

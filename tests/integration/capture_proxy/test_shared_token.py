@@ -86,7 +86,7 @@ def test_clients_send_the_token(monkeypatch):
     monkeypatch.setenv(SHARED_TOKEN_ENV, TOKEN)
     assert EpisodeClient("http://env").http.headers[HEADER_SHARED_TOKEN] == TOKEN
     f = FathomSessionFactory(proxy_url="http://p", env_url=["http://a", "http://b"], max_tokens=8, max_turns=1)
-    assert f.proxy.headers[HEADER_SHARED_TOKEN] == TOKEN
+    assert f.proxy.http.headers[HEADER_SHARED_TOKEN] == TOKEN
     assert all(c.http.headers[HEADER_SHARED_TOKEN] == TOKEN for c in f.env_clients)
     monkeypatch.delenv(SHARED_TOKEN_ENV)
     assert HEADER_SHARED_TOKEN not in EpisodeClient("http://env").http.headers

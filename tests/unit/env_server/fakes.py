@@ -188,3 +188,17 @@ class FakeProxy:
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.MockTransport(self.handle), base_url="http://proxy")
+
+
+class HangsAfterFirstCall(FakeProxy):
+    """Answers the first model call; every later one waits forever, so only a wall clock can end the episode,
+    after exactly one turn, however fast or loaded the machine is."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.never = asyncio.Event()
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat/completions") and self.calls:
+            await self.never.wait()
+        return await super().handle(request)

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from fathom.config import load_config
 from fathom.env_server.server.app import create_app
 from fathom.tasks import get_task, load_split, reference_solution
-from tests.unit.env_server.fakes import FakePool, FakeProxy
+from tests.unit.env_server.fakes import FakePool, FakeProxy, HangsAfterFirstCall
 
 TASK = load_split("test")[1]
 
@@ -82,14 +82,6 @@ def test_wall_clock_limit_stops_with_timeout(app_client):
     """The first model call answers; the second never does, so only the wall clock can end the
     episode, after exactly one turn, however fast or loaded the machine is."""
     client, _, _ = app_client()
-    never = asyncio.Event()
-
-    class HangsAfterFirstCall(FakeProxy):
-        async def handle(self, request):
-            if request.url.path.endswith("/chat/completions") and self.calls:
-                await never.wait()
-            return await super().handle(request)
-
     client.app.state.runtime.http = HangsAfterFirstCall(lambda m: "```repl\nprint(1)\n```").client()
     res = episode(client, {"task_id": TASK, "session_id": "s", "limits": {"wall_clock_s": 1.0, "max_turns": 8}})
     assert res["status"] == "done" and res["stop_reason"] == "timeout" and res["answer"] is None

@@ -1,5 +1,5 @@
-"""Domain code speaks in domain errors and shares one episode set-up and verification path;
-only the app's routes turn errors into HTTP statuses."""
+"""Domain code speaks in domain errors and shares one episode set-up and verification path (and one way to run a
+whole episode); only the app's routes turn errors into HTTP statuses."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def test_domain_modules_do_not_speak_http(name):
             assert node.id != "HTTPException", f"{name} uses HTTPException"
 
 
-def _calls(name: str, attr: str) -> int:
+def _calls(name: str | Path, attr: str) -> int:
     n = 0
-    for node in ast.walk(_tree(name)):
+    for node in ast.walk(_tree(name) if isinstance(name, str) else ast.parse(name.read_text())):
         if isinstance(node, ast.Call):
             f = node.func
             if (isinstance(f, ast.Attribute) and f.attr == attr) or (isinstance(f, ast.Name) and f.id == attr):
@@ -43,8 +43,21 @@ def test_one_set_up_and_verification_path():
         assert _calls(name, "Harness") == 0 and _calls(name, "Tally") == 0, name
         assert _calls(name, "score") == 0, name
         assert _calls(name, "build_harness") + _calls(name, "verify") in (0, 2), name
-    assert _calls("episodes.py", "build_harness") == 1 and _calls("environment.py", "build_harness") == 1
+    assert _calls("episodes.py", "run_episode") == 1 and _calls("environment.py", "build_harness") == 1
     assert _calls("episode_core.py", "Harness") == 1 and _calls("episode_core.py", "score") == 1
+
+
+def test_one_way_to_run_an_episode():
+    """Whole episodes (the env server's /episodes, `fathom ask`, `fathom ui`) run through `run_episode`; only it
+    drives the root loop (the harness itself runs nested ones), and only it and step mode build a harness."""
+    fathom = SERVER.parents[1]
+    where = {attr: sorted(p.relative_to(fathom).as_posix() for p in fathom.rglob("*.py") if _calls(p, attr))
+             for attr in ("run_loop", "build_harness", "run_episode")}
+    assert where["run_loop"] == ["env_server/server/episode_core.py", "env_server/server/harness.py"], where
+    assert where["build_harness"] == ["env_server/server/environment.py", "env_server/server/episode_core.py"], where
+    callers = where["run_episode"]
+    assert len(callers) == 3 and "env_server/server/episodes.py" in callers, where
+    assert any(p.endswith("ask_cmd.py") for p in callers) and any("ui" in p for p in callers), where
 
 
 def test_statuses():

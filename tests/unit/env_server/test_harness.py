@@ -12,7 +12,7 @@ import pytest
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
 from fathom.env_server.server.harness import Harness, Limits, Tally, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient
+from fathom.capture_proxy.client import ProxySession
 from tests.unit.env_server.fakes import FakePool, FakeProxy
 
 CONTEXT = "alpha " * 50 + "The secret code is 7781. " + "omega " * 50
@@ -34,7 +34,7 @@ def run(model, *, limits: dict | None = None, cfg: dict | None = None, proxy: Fa
         async with fp.client() as http:
             tally = Tally(limits=lim, deadline=time.monotonic() + lim.wall_clock_s)
             h = Harness(cfg=EnvServerConfig(**(cfg or {})), pool=pool, executor=ex, output_cap=2000,
-                        proxy=ProxyClient(http, "http://proxy", "sess-1", 30), tally=tally, on_event=on_event)
+                        proxy=ProxySession(http, "http://proxy", "sess-1", 30), tally=tally, on_event=on_event)
             root = [] if turns is None else turns
             out = await h.run_loop("What is the secret code?", context, depth=0, parent=None,
                                    max_turns=lim.max_turns, turns=root)
@@ -279,7 +279,7 @@ def test_nested_runs_use_their_own_thread_pool_so_waiting_parents_cannot_starve_
     async def go():
         async with fp.client() as http:
             h = Harness(cfg=EnvServerConfig(sub_rlm_min_chars=100), pool=FakePool(), executor=lambda d: pools[d],
-                        output_cap=2000, proxy=ProxyClient(http, "http://proxy", "s", 30),
+                        output_cap=2000, proxy=ProxySession(http, "http://proxy", "s", 30),
                         tally=Tally(limits=lim, deadline=time.monotonic() + 20))
             return await asyncio.wait_for(h.run_loop("Q?", "ctx", depth=0, parent=None, max_turns=3, turns=[]), 15)
 

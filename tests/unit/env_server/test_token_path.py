@@ -12,7 +12,7 @@ import pytest
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
 from fathom.env_server.server.harness import Harness, Limits, Tally, Unscorable
-from fathom.env_server.server.llm_bridge import ProxyClient
+from fathom.capture_proxy.client import ProxySession
 from fathom.env_server.server.tokens import ChatTokens, TokenPath
 from fathom.protocol import Sampling
 from tests.unit.env_server.fakes import FakePool, FakeProxy, byte_tokenizer
@@ -40,7 +40,7 @@ def run(chat, model, *, max_turns=4, max_model_len=100_000, sampling=None, serve
         async with fp.client() as http:
             tally = Tally(limits=lim, deadline=time.monotonic() + lim.wall_clock_s)
             h = Harness(cfg=EnvServerConfig(**(cfg or {})), pool=FakePool(), executor=ex, output_cap=2000,
-                        proxy=ProxyClient(http, "http://proxy", "sess-1", 30), tally=tally,
+                        proxy=ProxySession(http, "http://proxy", "sess-1", 30), tally=tally,
                         sampling=sampling or Sampling(max_tokens=64), tokens=path)
             turns = []
             out = await h.run_loop("What is the secret code?", CONTEXT, depth=0, parent=None,

@@ -26,7 +26,8 @@ def test_factory_spreads_and_skips_an_unreachable_server():
     def proxy(req: httpx.Request) -> httpx.Response:
         if req.method == "DELETE":
             return httpx.Response(200, json={})
-        return httpx.Response(201, json={"session_id": f"s{next(sid)}", "policy_version": 0})
+        return httpx.Response(201, json={"session_id": f"s{next(sid)}", "policy_version": 0, "model": "m",
+                                         "trainable": True})
 
     def env(name: str):
         def handle(req: httpx.Request) -> httpx.Response:
@@ -38,7 +39,7 @@ def test_factory_spreads_and_skips_an_unreachable_server():
 
     f = FathomSessionFactory(proxy_url="http://p", env_url=["http://a", "http://down", "http://b"], max_tokens=8,
                              max_turns=1)
-    f.proxy = httpx.Client(base_url="http://p", transport=httpx.MockTransport(proxy))
+    f.proxy.http = httpx.Client(base_url="http://p", transport=httpx.MockTransport(proxy))
     for client, name in zip(f.env_clients, ("a", "down", "b")):
         client.http = httpx.Client(base_url=f"http://{name}", transport=httpx.MockTransport(env(name)))
     sessions = [f.create("needle-1k-s1", episode_id=f"e{i}") for i in range(6)]

@@ -63,7 +63,7 @@ def factory(fake: Fake, tmp_path, **kw) -> FathomSessionFactory:
     log = RolloutLog(tmp_path / "rollouts.jsonl")
     f = FathomSessionFactory(proxy_url="http://proxy", env_url="http://env", max_tokens=64, max_turns=2,
                              sampling={"temperature": 1.0}, on_failure=log.failure, **kw)
-    f.proxy = httpx.Client(base_url="http://proxy", transport=httpx.MockTransport(fake.proxy))
+    f.proxy.http = httpx.Client(base_url="http://proxy", transport=httpx.MockTransport(fake.proxy))
     f.episodes.http = httpx.Client(base_url="http://env", transport=httpx.MockTransport(fake.env))
     return f
 
