@@ -18,14 +18,14 @@ def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_t
           port: int, start_timeout_s: float | None = None) -> None:
     """Build the backend and the page, serve until Ctrl-C, then stop the sandbox and the proxy."""
     from fathom.entrypoints.served import ServedError
-    from fathom.entrypoints.ui_backend import Backend
+    from fathom.ui.backend import Backend
     from fathom.tasks import configure
     from fathom.ui.app import build_app, launch
     from fathom.ui.live import example_tasks
 
     configure(cfg.tasks)  # imported examples resolve from cfg.tasks.store_dir
 
-    from fathom.entrypoints.ui_backend import START_TIMEOUT_S
+    from fathom.ui.backend import START_TIMEOUT_S
 
     backend = Backend(cfg, base_url, tokenizer=tokenizer, max_turns=max_turns,
                       start_timeout_s=start_timeout_s or START_TIMEOUT_S)
