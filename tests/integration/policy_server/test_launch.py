@@ -69,7 +69,7 @@ def test_vllm_uses_the_compile_cache_that_loads_on_cpu_unless_the_user_chose(mon
 def test_serving_dtype(monkeypatch, setting, native, device, want):
     from fathom.policy_server import launch
 
-    monkeypatch.setattr(launch, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(launch, "cpu_has_native_bf16", lambda cpuinfo="/proc/cpuinfo": native)
     cfg = _cfg("--policy_server.dtype", setting, "--policy_server.device", "cpu")
     assert launch.serving_dtype(cfg.policy_server, cfg.model, device) == want
     if device == "cpu":
