@@ -8,8 +8,7 @@ from pathlib import Path
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, config_from, die, eprint
-from fathom.entrypoints.eval_cmd import START_OPTION, _stack, _task_ids, _urls
+from fathom.entrypoints.common import CONFIG_OPTION, START_OPTION, config_from, die, eprint
 
 
 def watch(
@@ -29,13 +28,17 @@ def watch(
     if split:
         cfg.eval.split = split
     from fathom.eval.checkpoints import source_for
+    from fathom.eval.run import EvalInputError, task_ids
 
     out = out or cfg.run_dir / "eval"
-    ids = _task_ids(cfg, None, n or cfg.eval.watch_tasks)
+    try:
+        ids = task_ids(cfg, None, n or cfg.eval.watch_tasks)
+    except EvalInputError as e:
+        die(str(e))
     source = source_for(checkpoints, out / "hub-cache")
     plan = {"source": source.describe(), "out": str(out), "split": cfg.eval.split, "tasks": len(ids),
             "poll_s": cfg.eval.watch_poll_s, "adapter_prefix": cfg.eval.adapter_name_prefix, "start_stack": start,
-            "urls": dict(zip(("policy", "proxy", "env"), _urls(cfg, None))), "stop_at_step": stop_at_step,
+            "urls": {"policy": cfg.policy_url, "proxy": cfg.proxy_url, "env": cfg.env_url}, "stop_at_step": stop_at_step,
             "idle_exit_s": idle_exit_s}
     if dry_run:
         print(json.dumps(plan, indent=1))
@@ -47,12 +50,13 @@ def watch(
     from fathom.eval.watch import Watcher
     from fathom.policy_server.client import PolicyClient, PolicyClientError
     from fathom.protocol import EpisodeLimits, Sampling
+    from fathom.stack.stack import started
 
     sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
     limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
     eprint(f"watching {source.describe()}: {len(ids)} tasks of {cfg.eval.split} per checkpoint, results in {out}")
-    with _stack(ctx, cfg, config, start) as stack:
-        policy_url, proxy_url, env_url = _urls(cfg, stack)
+    with started(cfg, config, list(ctx.args), start):
+        policy_url, proxy_url, env_url = cfg.policy_url, cfg.proxy_url, cfg.env_url
 
         def evaluate(model: str | None, label: str) -> dict:
             target = EvalTarget(env_url, proxy_url, model or cfg.policy_server.served_model_name, label=label)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fathom.config import load_config
-from fathom.entrypoints.launch_cmd import PlanError, plan, slow_cpu_note
+from fathom.stack.plan import PlanError, plan, slow_cpu_note
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,7 +46,7 @@ def test_a_starting_adapter_skips_sft() -> None:
 
 
 def test_a_bad_sft_phrasing_setting_stops_the_plan_before_any_server() -> None:
-    from fathom.entrypoints.launch_cmd import PlanError
+    from fathom.stack.plan import PlanError
 
     cfg = load_config(ROOT / "configs/smoke.toml", ["--sft.question_phrasings.needle", "[8]"])
     with pytest.raises(PlanError, match=r"sft.question_phrasings\['needle'\]"):
@@ -70,7 +70,7 @@ def test_the_sft_anchor_reads_the_sft_stage_rows() -> None:
 
 
 def test_the_sft_anchor_with_a_starting_adapter_reads_the_rows_beside_it_or_named(tmp_path) -> None:
-    from fathom.entrypoints.launch_cmd import PlanError
+    from fathom.stack.plan import PlanError
 
     adapter = tmp_path / "sft" / "adapter"
     adapter.mkdir(parents=True)
@@ -194,7 +194,7 @@ def test_a_run_that_compares_grpo_with_its_start_can_skip_the_base_model() -> No
 
 
 def test_each_split_says_what_its_score_is_for() -> None:
-    from fathom.entrypoints.launch_cmd import split_use
+    from fathom.stack.plan import split_use
 
     assert "choosing" in split_use("test") and "never choose" in split_use("heldout")
 

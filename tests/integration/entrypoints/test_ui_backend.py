@@ -6,8 +6,8 @@ import pytest
 from fastapi import FastAPI
 
 from fathom.config import load_config
-from fathom.entrypoints.common import serve_in_thread
-from fathom.entrypoints.served import ServedError, served
+from fathom.stack.inproc import serve_in_thread
+from fathom.policy_server.served import ServedError, served
 from fathom.ui.backend import Backend
 from tests.ports import free_port
 
