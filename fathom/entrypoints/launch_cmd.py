@@ -43,14 +43,7 @@ def launch(
         die(f"task source(s) {', '.join(lost)} are configured but not imported into {str(store.root())!r}; run "
             + " and ".join(f"`fathom tasks import {n} -c {config}`" for n in lost))
     if dry_run:
-        from fathom.trainer.bucket import bucket_run_dir
-
-        print(sync_line(cfg))
-        if (bucket := bucket_run_dir(cfg.launch.bucket_dir, cfg.run_name)) is not None:
-            print(f"run dir: {cfg.run_dir} (local disk), copied as complete files to {bucket}")
-        for i, s in enumerate(steps, 1):
-            extra = f"  (healthy at {s.health_url})" if s.health_url else ""
-            print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")
+        _print_plan(cfg, steps)
         return
 
     from rich.console import Console
@@ -105,3 +98,13 @@ def launch(
         console.print(f"pass@1 by stage and paired deltas: {summary}; reports: {cfg.run_dir / 'eval'}/<stage>/report.html; "
                       f"training plots: {plots[0].parent if plots else 'none'}")
 
+
+def _print_plan(cfg, steps) -> None:
+    from fathom.trainer.bucket import bucket_run_dir
+
+    print(sync_line(cfg))
+    if (bucket := bucket_run_dir(cfg.launch.bucket_dir, cfg.run_name)) is not None:
+        print(f"run dir: {cfg.run_dir} (local disk), copied as complete files to {bucket}")
+    for i, s in enumerate(steps, 1):
+        extra = f"  (healthy at {s.health_url})" if s.health_url else ""
+        print(f"{i}. {s.kind} {s.name}: {shlex.join(s.argv)}{extra}")

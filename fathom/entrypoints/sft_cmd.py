@@ -1,14 +1,14 @@
 """`fathom sft`: record scripted-teacher episodes through the real harness and proxy, then LoRA SFT on them.
 
 The teacher (the scripted `teach` policy on the model's own tokenizer, `fathom.env_server.scripted`)
-and a capture proxy in front of it run in this process on free loopback ports; the episodes run on the env server named by the config (the
-one `fathom launch` started), so they use the same sandbox, harness and token path as GRPO.
+and a capture proxy in front of it run in this process on free loopback ports (`fathom.stack.teacher`); the
+episodes run on the env server named by the config (the one `fathom launch` started), so they use the same
+sandbox, harness and token path as GRPO.
 """
 
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import typer
@@ -35,13 +35,10 @@ def sft(
         die(str(e))
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-    from fathom.capture_proxy.app import create_app
-    from fathom.env_server.scripted import create_scripted_app
+
     from fathom.policy_server.models import ModelError, resolve_model
-    from fathom.rollout_worker.session import FathomSessionFactory
-    from fathom.stack.inproc import serve_in_thread
+    from fathom.stack.teacher import record_teacher
     from fathom.trainer.sft import train_sft
-    from fathom.trainer.sft_record import record_episode
 
     console = Console(stderr=True)
     out_dir = Path(out) if out else cfg.run_dir / "sft"
@@ -66,29 +63,15 @@ def sft(
     else:
         demos = []
     if cfg.sft.teacher:
-        name = cfg.policy_server.served_model_name
-        teacher = create_scripted_app("teach", name, cfg.model.max_model_len, tokenizer_dir=str(model_dir),
-                                      fix_fraction=cfg.sft.fix_fraction)
-        env_url = cfg.env_url
-        with serve_in_thread(teacher) as teacher_url, \
-                serve_in_thread(create_app(cfg.capture_proxy, upstream_url=teacher_url, base_model=name,
-                                           weight_sync="merged")) as proxy_url:
-            factory = FathomSessionFactory(proxy_url=proxy_url, env_url=env_url,
-                                           max_tokens=cfg.trainer.max_completion_tokens,
-                                           max_turns=cfg.env_server.max_turns)
-            with Progress(*cols, console=console) as bar, ThreadPoolExecutor(workers) as pool:
-                job = bar.add_task("recording teacher episodes", total=len(task_ids), info="")
-                futures = [pool.submit(record_episode, factory, t, cfg.sft.max_length) for t in task_ids]
-                for fut in futures:
-                    try:
-                        got, summary = fut.result()
-                    except Exception as e:  # noqa: BLE001 - one failed recording is reported, the rest still count
-                        got, summary = [], {"error": str(e)}
-                    rows += got
-                    summaries.append(summary)
-                    kept = sum(1 for s in summaries if s.get("rows"))
-                    bar.update(job, advance=1, info=f"kept {kept}")
-                    progress_line(console, "recorded teacher episodes", len(summaries), len(task_ids), f"kept {kept}")
+        with Progress(*cols, console=console) as bar:
+            job = bar.add_task("recording teacher episodes", total=len(task_ids), info="")
+
+            def on_done(done: list[dict]) -> None:
+                kept = sum(1 for s in done if s.get("rows"))
+                bar.update(job, advance=1, info=f"kept {kept}")
+                progress_line(console, "recorded teacher episodes", len(done), len(task_ids), f"kept {kept}")
+
+            rows, summaries = record_teacher(cfg, task_ids, model_dir, workers, on_done)
         (out_dir / "episodes.jsonl").write_text("".join(json.dumps(s) + "\n" for s in summaries))
         kept = sum(1 for s in summaries if s.get("rows"))
         console.print(f"recorded {len(summaries)} teacher episodes; {kept} solved without a cut turn -> {len(rows)} rows")

@@ -106,6 +106,10 @@ def stages(
                 "max_turns": cfg.env_server.max_turns}
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _print_summary(summary, beyond, cfg.model.max_model_len, out)
+
+
+def _print_summary(summary: dict, beyond: float, max_model_len: int, out: Path) -> None:
     for label, s in summary["stages"].items():
         p = s["pass@1"]
         rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
@@ -114,7 +118,7 @@ def stages(
         if c["delta"] is not None:
             typer.echo(f"{key}: {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}] (paired bootstrap, "
                        f"{c['n']} tasks)")
-    typer.echo(f"{beyond:.0%} of the tasks are longer than the model's {cfg.model.max_model_len}-token window; "
+    typer.echo(f"{beyond:.0%} of the tasks are longer than the model's {max_model_len}-token window; "
                f"summary in {out / 'summary.json'}, reports in {out}/<stage>/report.html")
 
 
