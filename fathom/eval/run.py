@@ -125,12 +125,10 @@ def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str],
     from fathom.eval.evaluate import build_results, run_models
     from fathom.eval.report import write_outputs
     from fathom.policy_server.client import PolicyClient
-    from fathom.protocol import EpisodeLimits, Sampling
 
     ids = task_ids
     policy_url, proxy_url, env_url = urls
-    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
-    limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
+    sampling, limits = settings(cfg)
     plan = eval_plan(cfg, env_url, proxy_url, adapters=adapters, model=model, base=base, label=label)
     if not quiet:
         print(header([t for t, _ in plan], len(ids), progress_label), file=sys.stderr)
@@ -154,3 +152,45 @@ def run_eval(cfg, task_ids: list[str], out: Path, *, urls: tuple[str, str, str],
         if path is not None:
             results["models"][t.label]["adapter_path"] = str(path)
     return results, write_outputs(results, episodes, out, report_episodes=cfg.eval.report_episodes)
+
+
+def settings(cfg):
+    """(Sampling, EpisodeLimits) of every evaluation under `cfg`: the eval temperature, the trainer's output cap,
+    and `eval.max_depth` (default: the env server's demo depth)."""
+    from fathom.protocol import EpisodeLimits, Sampling
+
+    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
+    depth = cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth
+    return sampling, EpisodeLimits(max_depth=depth)
+
+
+def watch(cfg, source, ids: list[str], out: Path, *, stop_at_step: int | None, idle_exit_s: float | None) -> dict:
+    """Score each new complete checkpoint of `source` once on `ids`, hot-loaded as a LoRA into the running vLLM,
+    until `stop_at_step` is scored or `idle_exit_s` passes with no new one; writes `<out>/<label>/` per checkpoint
+    and returns the watcher's summary. Raises `EvalError` or `PolicyClientError` when a server is down."""
+    from fathom.eval.evaluate import build_results
+    from fathom.eval.report import write_outputs
+    from fathom.eval.runner import EvalRunner, EvalTarget
+    from fathom.eval.watch import Watcher
+    from fathom.policy_server.client import PolicyClient
+
+    sampling, limits = settings(cfg)
+
+    def evaluate(model: str | None, label: str) -> dict:
+        target = EvalTarget(cfg.env_url, cfg.proxy_url, model or cfg.policy_server.served_model_name, label=label)
+        runner = EvalRunner(target, sampling=sampling, limits=limits, concurrency=cfg.eval.concurrency,
+                            timeout_s=cfg.eval.episode_timeout_s)
+        episodes = {label: runner.run(ids)}
+        res = build_results(episodes, targets=[target], split=cfg.eval.split, task_ids=ids, sampling=sampling,
+                            limits=limits, max_model_len=cfg.model.max_model_len, bootstrap=cfg.eval.bootstrap,
+                            confidence=cfg.eval.confidence, seed=cfg.eval.seed)
+        write_outputs(res, episodes, out / label, report_episodes=cfg.eval.report_episodes)
+        m = res["models"][label]
+        return {**{k: res[k] for k in ("split", "n_tasks", "created", "sampling")}, "model": m["model"],
+                "summary": m["summary"], "rows": m["rows"]}
+
+    with PolicyClient(cfg.policy_url) as pc:
+        w = Watcher(source, out, evaluate=evaluate, load=pc.load_adapter, unload=pc.unload_adapter,
+                    loaded=lambda: [m["id"] for m in pc.models() if m.get("parent")],
+                    adapter_prefix=cfg.eval.adapter_name_prefix, poll_s=cfg.eval.watch_poll_s)
+        return w.run(stop_at_step=stop_at_step, idle_exit_s=idle_exit_s)
