@@ -219,3 +219,25 @@ def test_the_a100_dry_run_shows_the_one_gpu_sync_and_refuses_the_impossible_ones
     assert short.returncode != 0 and "policy_server.max_loras (5)" in short.stderr and "trainer.max_staleness" in short.stderr
     assert "weight sync: adapter" in _dry_run("--policy_server.weight_sync", "adapter", "--policy_server.max_loras",
                                               "6").stdout
+
+
+def test_run_steps_runs_stages_in_order_and_ends_on_a_failed_one(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from fathom.stack.plan import Step
+    from fathom.stack.run import run_steps
+    from fathom.stack.supervisor import LaunchError
+
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--output_dir", str(tmp_path)])
+    marks = tmp_path / "marks"
+    write = "import sys; open(sys.argv[1], 'a').write(sys.argv[2])"
+    console = Console(file=io.StringIO(), width=200)
+    took = run_steps(cfg, [Step("stage", "a", [sys.executable, "-c", write, str(marks), "a"]),
+                           Step("stage", "b", [sys.executable, "-c", write, str(marks), "b"])], console)
+    assert marks.read_text() == "ab" and set(took) == {"a", "b"}
+    with pytest.raises(LaunchError, match="bad"):
+        run_steps(cfg, [Step("stage", "bad", [sys.executable, "-c", "raise SystemExit(3)"]),
+                        Step("stage", "c", [sys.executable, "-c", write, str(marks), "c"])], console)
+    assert marks.read_text() == "ab"  # nothing runs after a failed stage
