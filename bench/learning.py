@@ -123,7 +123,7 @@ def family_targets(s: dict, start: str | None) -> list[dict]:
 
 
 def evaluate(run_dir: Path) -> dict:
-    from fathom.entrypoints.launch_cmd import split_use
+    from fathom.stack.plan import split_use
 
     summary_path, launch_path = run_dir / "eval" / "summary.json", run_dir / "launch.json"
     if not summary_path.is_file():

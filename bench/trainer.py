@@ -141,7 +141,7 @@ def main() -> None:
     ap.add_argument("--cores", default="", help="cores the whole stack runs on, e.g. 0 (vLLM and the trainer share "
                     "it) or 0-1 (vLLM on the first half); default: the smoke config's policy_server and trainer cores")
     a = ap.parse_args()
-    from fathom.entrypoints.common import passive_omp, pin_cpus
+    from fathom.stack.threads import passive_omp, pin_cpus
 
     passive_omp()  # as `fathom train` does, before torch loads (the trainer here runs in this process)
     overrides = []

@@ -44,7 +44,7 @@ OBSERVE = """() => {
 def _measure(rounds: int = 5, delay_s: float = 0.3) -> tuple[list[dict], dict]:
     from playwright.sync_api import sync_playwright
 
-    from fathom.entrypoints.common import serve_in_thread
+    from fathom.stack.inproc import serve_in_thread
     from fathom.env_server.scripted import create_scripted_app
     from fathom.policy_server.tiny import build_tiny
     from tests.integration.env_server_stack import Proc

@@ -83,6 +83,23 @@ class FathomConfig(FathomModel):
     def run_dir(self) -> Path:
         return Path(self.output_dir) / self.run_name
 
+    @property
+    def policy_url(self) -> str:
+        """Base URL (no /v1) of the engine the capture proxy forwards to: `capture_proxy.upstream_url`, else the
+        policy server's own address."""
+        return self.capture_proxy.upstream_url or self.policy_server.url
+
+    @property
+    def proxy_url(self) -> str:
+        """Base URL of the capture proxy that episodes record through: `env_server.proxy_url`, else the proxy's
+        own address."""
+        return self.env_server.proxy_url or self.capture_proxy.url
+
+    @property
+    def env_url(self) -> str:
+        """Base URL of the env server this config places (`env_server.urls` lists others the trainer spreads to)."""
+        return self.env_server.url
+
     @model_validator(mode="after")
     def _cross_checks(self) -> "FathomConfig":
         if self.server_model is not None:

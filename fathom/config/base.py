@@ -15,6 +15,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 
+def local_url(host: str, port: int) -> str:
+    """`http://host:port` as a client on this machine reaches a server bound to `host`: a wildcard bind
+    (0.0.0.0, ::, or empty) is reached on loopback, since a wildcard is an address to bind, not to connect to."""
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{port}"
+
+
 class FathomModel(BaseModel):
     """Base for every config model: unknown keys are errors, fields are documented."""
 

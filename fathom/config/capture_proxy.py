@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from fathom.config.base import FathomModel
+from fathom.config.base import FathomModel, local_url
 
 
 class CaptureProxyConfig(FathomModel):
@@ -15,6 +15,11 @@ class CaptureProxyConfig(FathomModel):
 
     port: int = 8100
     """Port of the proxy's OpenAI-compatible API."""
+
+    @property
+    def url(self) -> str:
+        """The capture proxy's own base URL as a client on this machine reaches it."""
+        return local_url(self.host, self.port)
 
     upstream_url: str = ""
     """Base URL of the policy server (without /v1); empty means http://{policy_server.host}:{policy_server.port}."""

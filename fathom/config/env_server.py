@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from fathom.config.base import FathomModel
+from fathom.config.base import FathomModel, local_url
 
 
 class EnvServerConfig(FathomModel):
@@ -15,6 +15,11 @@ class EnvServerConfig(FathomModel):
 
     port: int = 8200
     """Port of the env server."""
+
+    @property
+    def url(self) -> str:
+        """The env server's base URL as a client on this machine reaches it."""
+        return local_url(self.host, self.port)
 
     max_concurrent_envs: int = Field(64, ge=1)
     """Concurrent OpenEnv sessions and episodes the server accepts."""

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from fathom.config.base import FathomModel
+from fathom.config.base import FathomModel, local_url
 from fathom.config.cpus import checked_cpu_spec
 
 
@@ -16,6 +16,11 @@ class PolicyServerConfig(FathomModel):
 
     port: int = 8000
     """Port of the OpenAI-compatible vLLM server."""
+
+    @property
+    def url(self) -> str:
+        """vLLM's base URL (no /v1) as a client on this machine reaches it."""
+        return local_url(self.host, self.port)
 
     served_model_name: str = "fathom-base"
     """Name vLLM serves the base weights under; the proxy maps the public name `policy` onto it or onto an adapter."""

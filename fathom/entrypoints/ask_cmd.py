@@ -19,7 +19,7 @@ from fathom.entrypoints.common import CONFIG_OPTION, config_from, die, eprint
 
 
 def _served(base_url: str, model: str | None) -> tuple[str, str]:
-    from fathom.entrypoints.served import ServedError, served
+    from fathom.policy_server.served import ServedError, served
 
     try:
         return served(base_url, model)
@@ -79,7 +79,7 @@ def ask(
         die(f"--document {str(document)!r} is not a file; pass a plain-text file")
     text = document.read_bytes().decode("utf-8", errors="replace")
     name, base = _served(base_url, model)
-    from fathom.entrypoints.served import token_path
+    from fathom.policy_server.served import token_path
 
     tokenizer_dir, path_note = token_path(base_url, base, tokenizer)
     cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
@@ -88,7 +88,7 @@ def ask(
     from rich.tree import Tree
 
     from fathom.capture_proxy.app import create_app
-    from fathom.entrypoints.common import serve_in_thread
+    from fathom.stack.inproc import serve_in_thread
 
     # A capture proxy of its own, in this process, in front of the served model: eval sessions pin `name`.
     proxy_app = create_app(cfg.capture_proxy, upstream_url=base_url.rstrip("/"), base_model=base, weight_sync="merged")

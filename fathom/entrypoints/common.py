@@ -1,52 +1,22 @@
-"""Helpers shared by entry points: config loading with overrides, error exits."""
+"""CLI helpers shared by the commands: the config option, config loading with overrides, error exits, progress."""
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
-import time
-from contextlib import contextmanager
-from typing import Any, Iterator, NoReturn
+from typing import Any, NoReturn
 
 import typer
 
 from fathom.config import ConfigError, FathomConfig, load_config
-from fathom.config.cpus import parse_cpu_list
 from fathom.config.security import SHARED_TOKEN_ENV
 
 CONFIG_OPTION = typer.Option("configs/smoke.toml", "--config", "-c", help="TOML config file under configs/.")
 
+START_OPTION = typer.Option(False, "--start", help="Start vLLM, the capture proxy and the env server from the config.")
+
 # Commands that take config accept `--section.key value` overrides after their own options.
 OVERRIDE_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def passive_omp() -> None:
-    """Let idle OpenMP threads sleep instead of spin, unless the user chose (call before torch is imported).
-
-    On 2 cores shared with vLLM, spinning threads starve each other: measured with load average 11-15,
-    LoRA fwd+bwd of the embedded model ran at 8-12 tok/s spinning and 31-40 tok/s passive, and the merge +
-    unmerge of a weight sync took 12-14 s spinning and 0.5-1.3 s passive.
-    """
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-def pin_cpus(spec: str, setting: str = "trainer.cpu_cores") -> list[int] | None:
-    """Run this process (and the children it starts) on the cores in `spec`, with one torch thread per core;
-    empty: leave it as it is. Call before torch is imported. Exits with a message naming `setting` when a core
-    is not available here."""
-    if not spec:
-        return None
-    cores = parse_cpu_list(spec)
-    try:
-        os.sched_setaffinity(0, cores)
-    except OSError as e:
-        die(f"{setting} = {spec!r}: cannot run on cores {cores} ({e.strerror}); this machine offers "
-            f"{sorted(os.sched_getaffinity(0))}: pick cores from those")
-    os.environ["OMP_NUM_THREADS"] = str(len(cores))
-    if "torch" in sys.modules:  # already loaded: its thread pool was sized from the old OMP_NUM_THREADS
-        sys.modules["torch"].set_num_threads(len(cores))
-    return cores
 
 
 def die(msg: str, code: int = 2) -> NoReturn:
@@ -79,28 +49,3 @@ def progress_line(console: Any, what: str, done: int, total: int, info: str = ""
 
 def eprint(*args: object) -> None:
     print(*args, file=sys.stderr)
-
-
-@contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL and stops it on exit."""
-    import socket
-
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("an in-process server failed to start (see the log above)")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()

@@ -20,9 +20,10 @@ def demo(ctx: typer.Context, config: str = CONFIG_OPTION) -> None:
     from rich.table import Table
 
     from fathom.config.model import EMBEDDED
-    from fathom.entrypoints.policy_cmd import start_policy_server
     from fathom.policy_server.client import PolicyClient, PolicyClientError
+    from fathom.policy_server.launch import PolicyServerError
     from fathom.policy_server.models import ModelError, prepare_embedded
+    from fathom.policy_server.start import start_policy_server
 
     console = Console()
     if cfg.model.name == EMBEDDED:
@@ -31,7 +32,10 @@ def demo(ctx: typer.Context, config: str = CONFIG_OPTION) -> None:
                 console.print(f"model: {prepare_embedded()}")
         except ModelError as e:
             die(str(e))
-    server = start_policy_server(cfg)
+    try:
+        server = start_policy_server(cfg)
+    except (ModelError, PolicyServerError) as e:
+        die(str(e))
     try:
         with PolicyClient(server.base_url) as client:
             resp = client.chat(

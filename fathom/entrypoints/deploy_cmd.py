@@ -26,7 +26,7 @@ def space(
     """Write the Space folder (Dockerfile, package, config, card) and push it with huggingface_hub."""
     from fathom.config import ConfigError
     from fathom.config.security import SHARED_TOKEN_ENV, shared_token
-    from fathom.entrypoints.space import HEALTH_PATH, build_space_folder, push_space
+    from fathom.env_server.space import HEALTH_PATH, build_space_folder, push_space
 
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         die(f"Space id {repo_id!r} is not owner/name, e.g. YOU/fathom-env")

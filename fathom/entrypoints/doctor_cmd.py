@@ -17,14 +17,14 @@ def doctor(
     config: str = typer.Option("configs/qwen1.5b-a100.toml", "--config", "-c", help="Config of the job (--gpu)."),
 ) -> None:
     """Report venvs, the vLLM build, prepared models and sandbox isolation layers (or, with --gpu, a GPU job's)."""
-    from fathom.entrypoints.doctor_checks import print_rows, run_checks
+    from fathom.doctor.checks import run_checks
 
     if not gpu:
-        run_checks()
+        print_rows(run_checks(), "fathom doctor")
         return
     import time
 
-    from fathom.entrypoints.gpu_checks import run_gpu_checks
+    from fathom.doctor.gpu import run_gpu_checks
     from fathom.policy_server.launch import vllm_interpreter
 
     cfg = config_from(ctx, config)
@@ -35,3 +35,13 @@ def doctor(
     if failed:
         typer.echo(f"not ready for a GPU job: {', '.join(failed)}", err=True)
         raise typer.Exit(1)
+
+
+def print_rows(rows: list[tuple[str, bool, str]], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("check", "ok", "detail", title=title)
+    for name, ok, detail in rows:
+        table.add_row(name, "[green]yes[/]" if ok else "[red]no[/]", detail)
+    Console(width=160).print(table)

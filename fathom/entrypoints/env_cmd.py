@@ -95,7 +95,7 @@ def episode(
     from fathom.env_server.client import EpisodeClient, EpisodeError
     from fathom.protocol import EpisodeLimits, EpisodeRequest
 
-    base = url or f"http://{cfg.env_server.host}:{cfg.env_server.port}"
+    base = url or cfg.env_url
     req = EpisodeRequest(task_id=task, limits=EpisodeLimits(max_turns=max_turns, max_depth=max_depth))
     try:
         with EpisodeClient(base) as client:

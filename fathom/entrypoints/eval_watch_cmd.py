@@ -8,8 +8,7 @@ from pathlib import Path
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, config_from, die, eprint
-from fathom.entrypoints.eval_cmd import START_OPTION, _stack, _task_ids, _urls
+from fathom.entrypoints.common import CONFIG_OPTION, START_OPTION, config_from, die, eprint
 
 
 def watch(
@@ -29,50 +28,31 @@ def watch(
     if split:
         cfg.eval.split = split
     from fathom.eval.checkpoints import source_for
+    from fathom.eval.run import EvalInputError, task_ids
 
     out = out or cfg.run_dir / "eval"
-    ids = _task_ids(cfg, None, n or cfg.eval.watch_tasks)
+    try:
+        ids = task_ids(cfg, None, n or cfg.eval.watch_tasks)
+    except EvalInputError as e:
+        die(str(e))
     source = source_for(checkpoints, out / "hub-cache")
     plan = {"source": source.describe(), "out": str(out), "split": cfg.eval.split, "tasks": len(ids),
             "poll_s": cfg.eval.watch_poll_s, "adapter_prefix": cfg.eval.adapter_name_prefix, "start_stack": start,
-            "urls": dict(zip(("policy", "proxy", "env"), _urls(cfg, None))), "stop_at_step": stop_at_step,
+            "urls": {"policy": cfg.policy_url, "proxy": cfg.proxy_url, "env": cfg.env_url}, "stop_at_step": stop_at_step,
             "idle_exit_s": idle_exit_s}
     if dry_run:
         print(json.dumps(plan, indent=1))
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from fathom.eval.evaluate import build_results
-    from fathom.eval.report import write_outputs
-    from fathom.eval.runner import EvalError, EvalRunner, EvalTarget
-    from fathom.eval.watch import Watcher
-    from fathom.policy_server.client import PolicyClient, PolicyClientError
-    from fathom.protocol import EpisodeLimits, Sampling
+    from fathom.eval.run import watch as watch_checkpoints
+    from fathom.eval.runner import EvalError
+    from fathom.policy_server.client import PolicyClientError
+    from fathom.stack.stack import started
 
-    sampling = Sampling(temperature=cfg.eval.temperature, max_tokens=cfg.trainer.max_completion_tokens)
-    limits = EpisodeLimits(max_depth=cfg.eval.max_depth if cfg.eval.max_depth is not None else cfg.env_server.demo_max_depth)
     eprint(f"watching {source.describe()}: {len(ids)} tasks of {cfg.eval.split} per checkpoint, results in {out}")
-    with _stack(ctx, cfg, config, start) as stack:
-        policy_url, proxy_url, env_url = _urls(cfg, stack)
-
-        def evaluate(model: str | None, label: str) -> dict:
-            target = EvalTarget(env_url, proxy_url, model or cfg.policy_server.served_model_name, label=label)
-            runner = EvalRunner(target, sampling=sampling, limits=limits, concurrency=cfg.eval.concurrency,
-                                timeout_s=cfg.eval.episode_timeout_s)
-            episodes = {label: runner.run(ids)}
-            res = build_results(episodes, targets=[target], split=cfg.eval.split, task_ids=ids, sampling=sampling,
-                                limits=limits, max_model_len=cfg.model.max_model_len, bootstrap=cfg.eval.bootstrap,
-                                confidence=cfg.eval.confidence, seed=cfg.eval.seed)
-            write_outputs(res, episodes, out / label, report_episodes=cfg.eval.report_episodes)
-            m = res["models"][label]
-            return {**{k: res[k] for k in ("split", "n_tasks", "created", "sampling")}, "model": m["model"],
-                    "summary": m["summary"], "rows": m["rows"]}
-
+    with started(cfg, config, list(ctx.args), start):
         try:
-            with PolicyClient(policy_url) as pc:
-                w = Watcher(source, out, evaluate=evaluate, load=pc.load_adapter, unload=pc.unload_adapter,
-                            loaded=lambda: [m["id"] for m in pc.models() if m.get("parent")],
-                            adapter_prefix=cfg.eval.adapter_name_prefix, poll_s=cfg.eval.watch_poll_s)
-                summary = w.run(stop_at_step=stop_at_step, idle_exit_s=idle_exit_s)
+            summary = watch_checkpoints(cfg, source, ids, out, stop_at_step=stop_at_step, idle_exit_s=idle_exit_s)
         except (EvalError, PolicyClientError) as e:
             die(str(e))
     print(json.dumps({"checkpoints": [r["step"] for r in summary["checkpoints"]], "best": summary["best"]}))

@@ -28,7 +28,7 @@ def serve(ctx: typer.Context, config: str = CONFIG_OPTION) -> None:
         die(str(e))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     pc, ps = cfg.capture_proxy, cfg.policy_server
-    upstream = pc.upstream_url or f"http://{ps.host}:{ps.port}"
+    upstream = cfg.policy_url
     app_ = create_app(pc, upstream_url=upstream, base_model=ps.served_model_name, weight_sync=ps.weight_sync,
                       shared_token=token)
     print(f"capture proxy on http://{pc.host}:{pc.port} -> {upstream} (policy = {ps.served_model_name}, "

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+from fathom.stack.threads import passive_omp
 
 
 def parse_stages(specs: list[str]) -> list[tuple[str, str | None]]:
@@ -27,52 +28,6 @@ def parse_stages(specs: list[str]) -> list[tuple[str, str | None]]:
             die(f"--stage {spec!r}: give `base` or LABEL=ADAPTER_DIR with a unique LABEL")
         out.append((label, path or None))
     return out
-
-
-def stage_tasks(ids: list[str], adapter: str | None, base_n_tasks: int | None) -> list[str]:
-    """The tasks one stage is scored on: all of them, or the first `base_n_tasks` for the base model."""
-    return ids[:base_n_tasks] if adapter is None and base_n_tasks else ids
-
-
-def summarize_stages(per_stage: dict[str, dict[str, bool]], results: dict[str, dict], *, boot: dict,
-                     beyond_fraction: float, wall_s: float) -> dict:
-    """pass@1 of each stage and the paired difference of each stage against the one before it and the first."""
-    from fathom.eval.stats import paired
-
-    labels = list(per_stage)
-    out: dict = {"stages": {}, "paired": {}, "beyond_window_fraction": beyond_fraction, "wall_s": round(wall_s, 1)}
-    for label in labels:
-        s = results[label]
-        out["stages"][label] = {"pass@1": s["pass@1"], "unscorable": s["unscorable"], "n": s["n"],
-                                "mean_tokens": s["tokens"]["mean_total"], "by_family": s["by_family"],
-                                "selectivity": s.get("selectivity")}
-    pairs = [(labels[i - 1], labels[i]) for i in range(1, len(labels))]
-    if len(labels) > 2:
-        pairs.append((labels[0], labels[-1]))
-    keys = ("n", "both", "only_base", "only_adapter", "neither", "delta", "ci")
-    by_family: dict[str, set[str]] = {}
-    for t in {t for stage in per_stage.values() for t in stage}:
-        by_family.setdefault(_family(t), set()).add(t)
-    out["paired_by_family"] = {}
-    for a, b in pairs:
-        c = paired(per_stage[a], per_stage[b], **boot)
-        out["paired"][f"{b}-{a}"] = {k: c[k] for k in keys}
-        out["paired_by_family"][f"{b}-{a}"] = {
-            fam: {k: v for k, v in paired({t: x for t, x in per_stage[a].items() if t in ids},
-                                          {t: x for t, x in per_stage[b].items() if t in ids}, **boot).items()
-                  if k in keys}
-            for fam, ids in sorted(by_family.items()) if fam}
-    return out
-
-
-def _family(task_id: str) -> str:
-    """The family in a task id; '' for an id that is not a generated task's."""
-    from fathom.tasks.record import parse_id
-
-    try:
-        return parse_id(task_id)[0]
-    except KeyError:
-        return ""
 
 
 def stages(
@@ -88,10 +43,10 @@ def stages(
     if split:
         cfg.eval.split = split
     plan = parse_stages(stage)
-    from fathom.entrypoints.eval_cmd import _task_ids, resolve_adapter, run_eval
-    from fathom.entrypoints.launch_cmd import server_urls
     from fathom.eval.metrics import CHARS_PER_TOKEN
+    from fathom.eval.run import EvalInputError, resolve_adapter, run_eval, task_ids
     from fathom.eval.runner import EvalError
+    from fathom.eval.stages import stage_tasks, summarize_stages
     from fathom.policy_server.client import PolicyClientError
     from fathom.policy_server.launch import dev_mode
     from fathom.policy_server.models import ModelError, resolve_model
@@ -101,8 +56,11 @@ def stages(
     from fathom.trainer.weight_sync import WeightSyncError
 
     out = out or cfg.run_dir / "eval"
-    urls = server_urls(cfg)
-    ids = _task_ids(cfg, None, None)
+    urls = (cfg.policy_url, cfg.proxy_url, cfg.env_url)
+    try:
+        ids = task_ids(cfg, None, None)
+    except EvalInputError as e:
+        die(str(e))
     name = cfg.policy_server.served_model_name
     try:
         model_dir = resolve_model(cfg.model)
@@ -117,7 +75,7 @@ def stages(
         try:
             if reload:
                 # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
-                v = serve_merged(model_dir, adapter, vllm_url=urls["policy"], proxy_url=urls["proxy"],
+                v = serve_merged(model_dir, adapter, vllm_url=cfg.policy_url, proxy_url=cfg.proxy_url,
                                  directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s,
                                  state_path=policy_state_path(cfg.run_dir))
                 for old in (out / "weights").iterdir():
@@ -126,14 +84,16 @@ def stages(
                 typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
                 # Every stage is served under the one base name: its results are labelled by stage, the served
                 # name beside it, so the report and the model card never call the GRPO weights `fathom-base`.
-                results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
+                results, _ = run_eval(cfg, stage_ids, out / label, urls=urls,
                                       model=name, label=label, progress_label=label)
                 summary = results["models"][label]
             else:
                 adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []
-                results, _ = run_eval(cfg, stage_ids, out / label, urls=(urls["policy"], urls["proxy"], urls["env"]),
+                results, _ = run_eval(cfg, stage_ids, out / label, urls=urls,
                                       adapters=adapters, base=not adapter)
                 summary = results["models"]["base" if not adapter else label]
+        except EvalInputError as e:
+            die(str(e))
         except (EvalError, PolicyClientError, AdapterError, WeightSyncError, OSError) as e:
             die(f"stage {label}: {e}", code=1)
         summaries[label] = summary["summary"]
@@ -146,6 +106,10 @@ def stages(
                 "max_turns": cfg.env_server.max_turns}
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _print_summary(summary, beyond, cfg.model.max_model_len, out)
+
+
+def _print_summary(summary: dict, beyond: float, max_model_len: int, out: Path) -> None:
     for label, s in summary["stages"].items():
         p = s["pass@1"]
         rate = "n/a" if p["pass@1"] is None else f"{p['pass@1']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]"
@@ -154,8 +118,8 @@ def stages(
         if c["delta"] is not None:
             typer.echo(f"{key}: {c['delta']:+.3f} [{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}] (paired bootstrap, "
                        f"{c['n']} tasks)")
-    typer.echo(f"{beyond:.0%} of the tasks are longer than the model's {cfg.model.max_model_len}-token window; "
+    typer.echo(f"{beyond:.0%} of the tasks are longer than the model's {max_model_len}-token window; "
                f"summary in {out / 'summary.json'}, reports in {out}/<stage>/report.html")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "parse_stages", "stages", "summarize_stages"]
+__all__ = ["OVERRIDE_SETTINGS", "parse_stages", "stages"]

@@ -11,7 +11,8 @@ import os
 import typer
 
 from fathom.config.base import cuda_visible
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, passive_omp, pin_cpus
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
+from fathom.stack.threads import PinError, passive_omp, pin_cpus
 
 EXIT_WATCHDOG = 3
 
@@ -32,7 +33,10 @@ def train(
     if cfg.policy_server.device != "cpu":  # before torch initialises CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible(cfg.trainer.cuda_device)
     before = os.sched_getaffinity(0)
-    pinned = pin_cpus(cfg.trainer.cpu_cores)
+    try:
+        pinned = pin_cpus(cfg.trainer.cpu_cores)
+    except PinError as e:
+        die(str(e))
     # TRL's rollout child goes to the cores the trainer left (empty when it has them all: it stays)
     rollout_cores = (sorted(before - set(pinned)) or None) if pinned else None
     import logging
@@ -47,10 +51,9 @@ def train(
     from fathom.trainer.cpu_compat import TrlVersionError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ps, pc, es = cfg.policy_server, cfg.capture_proxy, cfg.env_server
-    eps = Endpoints(vllm_url=vllm_url or f"http://{ps.host}:{ps.port}",
-                    proxy_url=proxy_url or f"http://{pc.host}:{pc.port}",
-                    env_url=list(env_url or es.urls or [f"http://{es.host}:{es.port}"]))
+    es = cfg.env_server
+    eps = Endpoints(vllm_url=vllm_url or cfg.policy_server.url, proxy_url=proxy_url or cfg.capture_proxy.url,
+                    env_url=list(env_url or es.urls or [es.url]))
     try:
         model_path = resolve_model(cfg.model)
     except ModelError as e:

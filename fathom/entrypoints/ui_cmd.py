@@ -4,58 +4,15 @@
 
 It runs against any OpenAI-compatible endpoint (vLLM, or `fathom env scripted`), on the token path when the
 endpoint tokenizes, with a capture proxy and a sandbox of its own (the machinery of `fathom ask`). As a
-Hugging Face Space (Gradio SDK), `fathom.entrypoints.ui_space` is the app file; see docs/ui.md.
+Hugging Face Space (Gradio SDK), `fathom.entrypoints.ui_space` is the app file; see docs/ui.md. The page
+and its backend live in `fathom.ui`.
 """
 
 from __future__ import annotations
 
 import typer
 
-from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die, eprint
-
-
-def serve(cfg, base_url: str, *, model: str | None, tokenizer: str | None, max_turns: int | None, host: str,
-          port: int, start_timeout_s: float | None = None) -> None:
-    """Build the backend and the page, serve until Ctrl-C, then stop the sandbox and the proxy."""
-    from fathom.entrypoints.served import ServedError
-    from fathom.entrypoints.ui_backend import Backend
-    from fathom.tasks import configure
-    from fathom.ui.app import build_app, launch
-    from fathom.ui.live import example_tasks
-
-    configure(cfg.tasks)  # imported examples resolve from cfg.tasks.store_dir
-
-    from fathom.entrypoints.ui_backend import START_TIMEOUT_S
-
-    backend = Backend(cfg, base_url, tokenizer=tokenizer, max_turns=max_turns,
-                      start_timeout_s=start_timeout_s or START_TIMEOUT_S)
-    try:
-        try:
-            names = [n for _, n in backend.models()]
-        except ServedError as e:  # the page still starts: the endpoint may come up later (↻ asks again)
-            eprint(f"warning: {e}")
-            names = []
-        if model is not None and names and model not in names:
-            die(f"--model {model!r} is not served at {base_url}; it serves: {', '.join(names)}")
-        if names:
-            import threading
-
-            # The sandbox and the token path start while the page loads; a failure shows on the first run instead.
-            threading.Thread(target=lambda: _warm(backend, model or names[-1]), daemon=True).start()
-        eprint(f"fathom ui on http://{host}:{port} against {base_url} ({', '.join(names) or 'no models yet'})")
-        launch(build_app(backend, default_model=model, endpoint=base_url, examples=example_tasks(cfg.tasks)),
-               host=host, port=port)
-    finally:
-        backend.close()
-
-
-def _warm(backend, model: str) -> None:
-    try:
-        backend.warm(model)
-    except Exception as e:  # noqa: BLE001 - reported here and again, with the page, on the first episode
-        from fathom.ui.errors import error_text
-
-        eprint(f"warning: {model}: {error_text(e)}")
+from fathom.entrypoints.common import CONFIG_OPTION, OVERRIDE_SETTINGS, config_from, die
 
 
 def ui(
@@ -76,8 +33,14 @@ def ui(
 ) -> None:
     """Serve a page that runs RLM episodes over a pasted or uploaded document and shows each turn live."""
     cfg = config_from(ctx, config)
-    serve(cfg, base_url, model=model, tokenizer=tokenizer, max_turns=max_turns, host=host, port=port,
-          start_timeout_s=start_timeout)
+    from fathom.policy_server.served import ServedError
+    from fathom.ui.serve import serve
+
+    try:
+        serve(cfg, base_url, model=model, tokenizer=tokenizer, max_turns=max_turns, host=host, port=port,
+              start_timeout_s=start_timeout)
+    except ServedError as e:
+        die(str(e))
 
 
 def register(app: typer.Typer) -> None:

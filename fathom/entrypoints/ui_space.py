@@ -15,12 +15,17 @@ import os
 
 def main() -> None:
     from fathom.config import load_config
-    from fathom.entrypoints.ui_cmd import serve
+    from fathom.entrypoints.common import die
+    from fathom.policy_server.served import ServedError
+    from fathom.ui.serve import serve
 
     cfg = load_config(os.environ.get("FATHOM_UI_CONFIG") or None, [])
-    serve(cfg, os.environ.get("FATHOM_UI_BASE_URL", "http://127.0.0.1:8000"), model=os.environ.get("FATHOM_UI_MODEL"),
-          tokenizer=os.environ.get("FATHOM_UI_TOKENIZER"), max_turns=None,
-          host=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    try:
+        serve(cfg, os.environ.get("FATHOM_UI_BASE_URL", "http://127.0.0.1:8000"),
+              model=os.environ.get("FATHOM_UI_MODEL"), tokenizer=os.environ.get("FATHOM_UI_TOKENIZER"), max_turns=None,
+              host=os.environ.get("GRADIO_SERVER_NAME", "0.0.0.0"), port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    except ServedError as e:
+        die(str(e))
 
 
 if __name__ == "__main__":

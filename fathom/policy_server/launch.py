@@ -92,9 +92,17 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def cpu_without_native_bf16(device: str, cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether `device` (a `policy_server.device` setting, or a resolved device) is a CPU without AVX512-BF16 or
+    AMX, where the `auto` settings serve and train in fp32. The flags are read first: resolving `auto` imports
+    torch (2.2 s), which a CPU with native bf16 never needs."""
+    return not cpu_has_native_bf16(cpuinfo) and detect_device(device) == "cpu"
+
+
 def serving_dtype(ps: PolicyServerConfig, model: ModelConfig, device: str) -> str:
-    """`policy_server.dtype` resolved: `model` and `auto` without native CPU bf16 give `model.dtype`."""
-    if ps.dtype == "model" or (ps.dtype == "auto" and not (device == "cpu" and cpu_has_native_bf16())):
+    """`policy_server.dtype` resolved: `model` gives `model.dtype`; `auto` gives bfloat16 on a CPU with native
+    bf16 and `model.dtype` anywhere else (a GPU, or a CPU without it)."""
+    if ps.dtype == "model" or (ps.dtype == "auto" and (device != "cpu" or cpu_without_native_bf16(device))):
         return model.dtype
     return "bfloat16" if ps.dtype == "auto" else ps.dtype
 
@@ -171,7 +179,7 @@ class PolicyServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.ps.host}:{self.ps.port}"
+        return self.ps.url
 
     def start(self) -> None:
         # resolve_model() always yields a local directory (Hub ids via the Hub cache).

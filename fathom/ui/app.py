@@ -1,6 +1,6 @@
 """The Gradio page: a document, a question and a served model in; the episode's tree streamed out as it grows.
 
-The backend (`fathom.entrypoints.ui_backend.Backend`) is injected, so this module never reaches the env
+The backend (`fathom.ui.backend.Backend`) is injected, so this module never reaches the env
 server or the proxy itself: it turns the page's inputs into one `submit` and streams `LiveEpisode` updates.
 """
 

@@ -2,7 +2,7 @@
 
 Each scenario is a function `(tmp_dir) -> dict` whose `passed` says whether the fault led to its required
 outcome (issue 14's table) and whose other keys say what was seen. The servers are the real `fathom`
-processes under the real launch supervisor (`fathom.entrypoints.supervisor`), with its restart hooks; the
+processes under the real launch supervisor (`fathom.stack.supervisor`), with its restart hooks; the
 policy server is the scripted upstream (`fathom env scripted`, token path on the tiny model's tokenizer),
 which takes faults at run time and answers vLLM's weight-sync routes. Rollouts go through the rollout
 worker's own session code (`FathomSessionFactory`), so "unscorable" is what training would see.
@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterator
 
 import httpx
 
-from fathom.entrypoints.recovery import reapply_version, reapply_weights
-from fathom.entrypoints.supervisor import Restarts, Supervisor
+from fathom.stack.recovery import reapply_version, reapply_weights
+from fathom.stack.supervisor import Restarts, Supervisor
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

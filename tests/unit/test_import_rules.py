@@ -21,10 +21,17 @@ ALLOWED: dict[str, set[str]] = {
     "env_server": {"capture_proxy.client", "tasks", "protocol", "config"},
     "rollout_worker": {"capture_proxy.client", "env_server.client", "env_server.models", "tasks", "protocol", "config",
                        "trl_compat"},
-    "trainer": {"rollout_worker", "protocol", "config", "trl_compat"},
-    "eval": {"rollout_worker", "capture_proxy.client", "env_server.client", "env_server.models", "tasks", "protocol",
-             "config"},
-    "ui": {"tasks", "protocol", "config"},
+    "trainer": {"rollout_worker", "tasks.record", "protocol", "config", "trl_compat"},
+    "eval": {"rollout_worker", "capture_proxy.client", "env_server.client", "env_server.models", "policy_server.client",
+             "tasks", "protocol", "config"},
+    # The page's backend runs episodes in this process: its own capture proxy and env-server runtime.
+    "ui": {"policy_server.served", "capture_proxy.app", "env_server.server", "stack.inproc", "tasks", "protocol",
+           "config"},
+    # Supervised server stacks and the main job's plan: the plan checks the split, the SFT phrasings and the
+    # anchor rows before any server starts; the SFT teacher's recordings run a proxy and the teacher in-process.
+    "stack": {"policy_server.launch", "trainer.anchor", "trainer.sft_record", "capture_proxy.app",
+              "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol", "config"},
+    "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env", "config"},
 }
 
 
@@ -63,7 +70,7 @@ def violations(root: Path = PKG) -> list[str]:
     bad = []
     for path in sorted(root.rglob("*.py")):
         pkg = _package_of(path, root)
-        if pkg not in ALLOWED:  # entrypoints and the package root may import anything
+        if pkg not in ALLOWED:  # entrypoints and the package root may import anything (the rules below bound them)
             continue
         rel_module = ".".join(path.relative_to(root).with_suffix("").parts)
         for lineno, target in _fathom_imports(path):
@@ -117,6 +124,63 @@ def test_the_proxy_client_is_the_only_part_of_the_proxy_its_users_may_import(tmp
         + [f"{tmp_path.name}/capture_proxy/client.py:1: capture_proxy imports fathom.capture_proxy"]), got
     assert _package_init_violations(tmp_path) == [
         f"{tmp_path.name}/capture_proxy/__init__.py:1: imports fathom.capture_proxy.app at import time"]
+
+# Commands are thin: they may import every fathom package, but no package imports a command, and a command
+# imports no other command. cli.py (the command table) and common.py (CLI option helpers) are not commands.
+NOT_COMMANDS = {"__init__", "cli", "common"}
+
+
+def _entrypoint_imports(path: Path) -> list[tuple[int, str]]:
+    """`_fathom_imports`, with `from fathom.entrypoints import x` read as an import of fathom.entrypoints.x."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = [(n, t) for n, t in _fathom_imports(path) if t != "fathom.entrypoints"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "fathom.entrypoints":
+            found += [(node.lineno, f"fathom.entrypoints.{a.name}") for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "fathom":
+            found += [(node.lineno, f"fathom.{a.name}") for a in node.names if a.name == "entrypoints"]
+    return found
+
+
+def _command_violations(root: Path = PKG) -> list[str]:
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        where = f"{path.relative_to(root.parent)}"
+        targets = [(n, t) for n, t in _entrypoint_imports(path) if t.split(".")[:2] == ["fathom", "entrypoints"]]
+        if rel.parts[0] != "entrypoints":
+            bad += [f"{where}:{n}: {rel.parts[0]} imports the command layer ({t})" for n, t in targets]
+        elif len(rel.parts) == 2 and path.stem not in NOT_COMMANDS:
+            bad += [f"{where}:{n}: command {path.stem} imports {t}" for n, t in targets
+                    if t.split(".")[2:3] != ["common"]]
+    return bad
+
+
+def test_commands_are_imported_by_no_package_and_import_no_other_command(tmp_path):
+    assert _command_violations() == []
+    (tmp_path / "entrypoints").mkdir()
+    (tmp_path / "entrypoints" / "a_cmd.py").write_text("from fathom.entrypoints.common import die\n"
+                                                      "from fathom.entrypoints.b_cmd import helper\n")
+    (tmp_path / "entrypoints" / "c_cmd.py").write_text("from fathom.entrypoints import b_cmd\n")
+    (tmp_path / "entrypoints" / "cli.py").write_text("from fathom.entrypoints import a_cmd, b_cmd\n")
+    (tmp_path / "stack").mkdir()
+    (tmp_path / "stack" / "x.py").write_text("import fathom.entrypoints.common\n")
+    (tmp_path / "y.py").write_text("from fathom import entrypoints\n")
+    got = _command_violations(tmp_path)
+    assert len(got) == 4, got
+    assert any("command a_cmd imports fathom.entrypoints.b_cmd" in g for g in got)
+    assert any("command c_cmd imports fathom.entrypoints.b_cmd" in g for g in got)
+
+
+def test_the_new_packages_are_under_the_table(tmp_path):
+    (tmp_path / "stack").mkdir()
+    (tmp_path / "stack" / "bad.py").write_text("from fathom.trainer.grpo import build\nfrom fathom.ui.app import x\n")
+    (tmp_path / "doctor").mkdir()
+    (tmp_path / "doctor" / "bad.py").write_text("from fathom.capture_proxy.app import create_app\n")
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "ui" / "bad.py").write_text("from fathom.stack.supervisor import Supervisor\n")
+    got = violations(tmp_path)
+    assert len(got) == 4, got
 
 
 # fathom.testing (fakes for tests and benchmarks) is imported by no fathom module but the command that serves it.

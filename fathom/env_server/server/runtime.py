@@ -74,8 +74,7 @@ class Runtime:
 
     @property
     def default_proxy_url(self) -> str:
-        cp = self.cfg.capture_proxy
-        return self.cfg.env_server.proxy_url or f"http://{cp.host}:{cp.port}"
+        return self.cfg.proxy_url
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()

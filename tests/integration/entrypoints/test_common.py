@@ -7,9 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import typer
 
-from fathom.entrypoints.common import passive_omp, pin_cpus
+from fathom.stack.threads import PinError, passive_omp, pin_cpus
 
 
 def test_passive_omp_is_a_default_the_user_can_override(monkeypatch):
@@ -34,18 +33,18 @@ def test_train_sets_it_before_torch_is_imported():
 def test_pin_cpus_sets_affinity_and_threads_in_a_child():
     # In a child process: pinning is process-wide and would outlive the test here.
     allowed = sorted(os.sched_getaffinity(0))
-    code = ("import os, torch\nfrom fathom.entrypoints.common import pin_cpus\n"
+    code = ("import os, torch\nfrom fathom.stack.threads import pin_cpus\n"
             f"print(pin_cpus('{allowed[-1]}'), sorted(os.sched_getaffinity(0)), os.environ['OMP_NUM_THREADS'], "
             "torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[-2] == f"[{allowed[-1]}] [{allowed[-1]}] 1 1"
 
 
-def test_pin_cpus_names_the_setting_for_a_core_that_is_not_here(capsys):
+def test_pin_cpus_names_the_setting_for_a_core_that_is_not_here():
     assert pin_cpus("") is None
-    with pytest.raises(typer.Exit):
+    with pytest.raises(PinError) as e:
         pin_cpus("4000", "trainer.cpu_cores")
-    assert "trainer.cpu_cores = '4000'" in capsys.readouterr().err
+    assert "trainer.cpu_cores = '4000'" in str(e.value)
 
 
 def test_progress_line_prints_every_5_percent_only_without_a_terminal():

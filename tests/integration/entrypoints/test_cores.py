@@ -10,8 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fathom.entrypoints.cores import CoreFence, threads, tree
-from fathom.entrypoints.launch_cmd import trainer_fence
+from fathom.stack.cores import CoreFence, threads, trainer_fence, tree
 
 ALLOWED = sorted(os.sched_getaffinity(0))
 needs_two = pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two cores to fence one off")

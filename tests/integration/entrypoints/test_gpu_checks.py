@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fathom.config import load_config
-from fathom.entrypoints import gpu_checks
+from fathom.doctor import gpu as gpu_checks
 
 ROOT = Path(__file__).resolve().parents[3]
 MOUNTS = "/dev/nvme0n1p1 / ext4 rw 0 0\nhf-mount /data fuse.hf-mount rw 0 0\ntmpfs /dev/shm tmpfs rw 0 0\n"

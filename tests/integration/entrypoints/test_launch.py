@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fathom.config import load_config
-from fathom.entrypoints.launch_cmd import PlanError, plan, slow_cpu_note
+from fathom.stack.plan import PlanError, plan, slow_cpu_note
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,7 +46,7 @@ def test_a_starting_adapter_skips_sft() -> None:
 
 
 def test_a_bad_sft_phrasing_setting_stops_the_plan_before_any_server() -> None:
-    from fathom.entrypoints.launch_cmd import PlanError
+    from fathom.stack.plan import PlanError
 
     cfg = load_config(ROOT / "configs/smoke.toml", ["--sft.question_phrasings.needle", "[8]"])
     with pytest.raises(PlanError, match=r"sft.question_phrasings\['needle'\]"):
@@ -70,7 +70,7 @@ def test_the_sft_anchor_reads_the_sft_stage_rows() -> None:
 
 
 def test_the_sft_anchor_with_a_starting_adapter_reads_the_rows_beside_it_or_named(tmp_path) -> None:
-    from fathom.entrypoints.launch_cmd import PlanError
+    from fathom.stack.plan import PlanError
 
     adapter = tmp_path / "sft" / "adapter"
     adapter.mkdir(parents=True)
@@ -194,7 +194,7 @@ def test_a_run_that_compares_grpo_with_its_start_can_skip_the_base_model() -> No
 
 
 def test_each_split_says_what_its_score_is_for() -> None:
-    from fathom.entrypoints.launch_cmd import split_use
+    from fathom.stack.plan import split_use
 
     assert "choosing" in split_use("test") and "never choose" in split_use("heldout")
 
@@ -219,3 +219,25 @@ def test_the_a100_dry_run_shows_the_one_gpu_sync_and_refuses_the_impossible_ones
     assert short.returncode != 0 and "policy_server.max_loras (5)" in short.stderr and "trainer.max_staleness" in short.stderr
     assert "weight sync: adapter" in _dry_run("--policy_server.weight_sync", "adapter", "--policy_server.max_loras",
                                               "6").stdout
+
+
+def test_run_steps_runs_stages_in_order_and_ends_on_a_failed_one(tmp_path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from fathom.stack.plan import Step
+    from fathom.stack.run import run_steps
+    from fathom.stack.supervisor import LaunchError
+
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--output_dir", str(tmp_path)])
+    marks = tmp_path / "marks"
+    write = "import sys; open(sys.argv[1], 'a').write(sys.argv[2])"
+    console = Console(file=io.StringIO(), width=200)
+    took = run_steps(cfg, [Step("stage", "a", [sys.executable, "-c", write, str(marks), "a"]),
+                           Step("stage", "b", [sys.executable, "-c", write, str(marks), "b"])], console)
+    assert marks.read_text() == "ab" and set(took) == {"a", "b"}
+    with pytest.raises(LaunchError, match="bad"):
+        run_steps(cfg, [Step("stage", "bad", [sys.executable, "-c", "raise SystemExit(3)"]),
+                        Step("stage", "c", [sys.executable, "-c", write, str(marks), "c"])], console)
+    assert marks.read_text() == "ab"  # nothing runs after a failed stage

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fathom.entrypoints.stages_cmd import summarize_stages
+from fathom.eval.stages import summarize_stages
 
 ROOT = Path(__file__).resolve().parents[3]
 TASKS = [f"t{i}" for i in range(100)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fathom.entrypoints.supervisor import LaunchError, Restarts, Supervisor
+from fathom.stack.supervisor import LaunchError, Restarts, Supervisor
 from tests.ports import free_port
 
 # A server that answers /health and leaves a grandchild (`sleep`) in its process group.

@@ -6,9 +6,9 @@ import pytest
 from fastapi import FastAPI
 
 from fathom.config import load_config
-from fathom.entrypoints.common import serve_in_thread
-from fathom.entrypoints.served import ServedError, served
-from fathom.entrypoints.ui_backend import Backend
+from fathom.stack.inproc import serve_in_thread
+from fathom.policy_server.served import ServedError, served
+from fathom.ui.backend import Backend
 from tests.ports import free_port
 
 
@@ -68,7 +68,7 @@ def test_a_runtime_that_starts_too_slowly_says_so_and_is_not_started_twice(monke
     import asyncio
     import time
 
-    from fathom.entrypoints.ui_backend import RuntimeStartError
+    from fathom.ui.backend import RuntimeStartError
 
     calls = []
 
@@ -91,7 +91,7 @@ def test_a_runtime_that_starts_too_slowly_says_so_and_is_not_started_twice(monke
 
 
 def test_a_runtime_start_that_fails_with_an_empty_message_names_the_exception_and_is_retried(monkeypatch):
-    from fathom.entrypoints.ui_backend import RuntimeStartError
+    from fathom.ui.backend import RuntimeStartError
 
     calls = []
 

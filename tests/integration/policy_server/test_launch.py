@@ -69,7 +69,7 @@ def test_vllm_uses_the_compile_cache_that_loads_on_cpu_unless_the_user_chose(mon
 def test_serving_dtype(monkeypatch, setting, native, device, want):
     from fathom.policy_server import launch
 
-    monkeypatch.setattr(launch, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(launch, "cpu_has_native_bf16", lambda cpuinfo="/proc/cpuinfo": native)
     cfg = _cfg("--policy_server.dtype", setting, "--policy_server.device", "cpu")
     assert launch.serving_dtype(cfg.policy_server, cfg.model, device) == want
     if device == "cpu":
@@ -86,6 +86,17 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
     info.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16\n")
     assert cpu_has_native_bf16(str(info))
     assert not cpu_has_native_bf16(str(tmp_path / "absent"))
+
+
+def test_one_check_says_where_the_auto_settings_fall_back_to_fp32(tmp_path):
+    from fathom.policy_server.launch import cpu_without_native_bf16
+
+    plain, bf16 = tmp_path / "plain", tmp_path / "bf16"
+    plain.write_text("flags\t\t: fpu avx2\n")
+    bf16.write_text("flags\t\t: fpu avx2 amx_bf16\n")
+    assert cpu_without_native_bf16("cpu", str(plain))
+    assert not cpu_without_native_bf16("cpu", str(bf16))
+    assert not cpu_without_native_bf16("cuda", str(plain))  # a GPU serves in the model's dtype regardless
 
 
 def test_a_serving_dtype_other_than_the_trainers_needs_the_disk_reload():

@@ -85,7 +85,7 @@ def test_serve_stops_the_process_group_on_signal(tmp_path, sig, healthy):
 def test_a_supervisor_stopping_serve_leaves_no_vllm_that_ignores_sigterm(tmp_path):
     """`fathom launch` gives `fathom policy serve` 20 s after SIGTERM, then SIGKILLs its group. vLLM lives in a
     session of its own, so serve must have killed it by then, even when vLLM ignores SIGTERM."""
-    from fathom.entrypoints.supervisor import Supervisor
+    from fathom.stack.supervisor import Supervisor
 
     port, pidfile, vllm_pidfile = free_port(), tmp_path / "grandchild.pid", tmp_path / "vllm.pid"
     cmd = _serve_cmd(tmp_path, port, pidfile, starting=f"trap '' TERM\necho $$ > {vllm_pidfile}\n")

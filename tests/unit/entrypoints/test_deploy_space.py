@@ -10,7 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from fathom.config import load_config
-from fathom.entrypoints import space as space_mod
+from fathom.env_server import space as space_mod
 from fathom.entrypoints.cli import app
 
 ROOT = Path(__file__).resolve().parents[3]

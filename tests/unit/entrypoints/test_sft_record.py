@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fathom.entrypoints.sft_cmd import record_episode
+from fathom.trainer.sft_record import record_episode
 
 ROW = {"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}
 
@@ -50,7 +50,7 @@ def _sft(**over):
 
 
 def test_sft_tasks_keep_only_the_named_question_phrasings():
-    from fathom.entrypoints.sft_cmd import sft_task_ids
+    from fathom.tasks.sft_tasks import sft_task_ids
     from fathom.tasks.generate import get_task, question_phrasing
     from fathom.tasks.record import parse_id
 
@@ -72,7 +72,7 @@ def test_sft_tasks_keep_only_the_named_question_phrasings():
 
 
 def test_sft_tasks_past_the_train_seed_block_name_the_settings():
-    from fathom.entrypoints.sft_cmd import sft_task_ids
+    from fathom.tasks.sft_tasks import sft_task_ids
 
     with pytest.raises(ValueError, match=r"sft.seed = 999990 with sft.n_tasks = 24: SFT task 10 \(kv_chain\)"):
         sft_task_ids(_sft(seed=999_990))
@@ -85,7 +85,7 @@ def test_sft_tasks_past_the_train_seed_block_name_the_settings():
     ({"essay": [0]}, "task family 'essay' is unknown"),
 ])
 def test_bad_question_phrasings_name_the_entry(phrasings, match):
-    from fathom.entrypoints.sft_cmd import sft_task_ids
+    from fathom.tasks.sft_tasks import sft_task_ids
 
     with pytest.raises(ValueError, match=match):
         sft_task_ids(_sft(question_phrasings=phrasings))

@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 import pytest
 
-from fathom.entrypoints.stages_cmd import parse_stages, stage_tasks, summarize_stages
+from fathom.entrypoints.stages_cmd import parse_stages
+from fathom.eval.stages import stage_tasks, summarize_stages
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -104,7 +105,7 @@ def test_stage_progress_lines_carry_the_stage_label(capsys) -> None:
     """Merged-weight stages all run under the one served name; their progress lines name the stage instead."""
     from types import SimpleNamespace
 
-    from fathom.entrypoints.eval_cmd import _progress
+    from fathom.eval.run import progress as _progress
 
     ok = SimpleNamespace(task_id="needle-2k-s1", status="done", stop_reason="final", reward=0.7,
                          reward_components=SimpleNamespace(correct=True))
@@ -123,7 +124,7 @@ def test_stage_progress_lines_carry_the_stage_label(capsys) -> None:
 def test_stage_header_names_the_stage_not_the_served_name() -> None:
     """Under merged sync every stage is served as the base's name, so a header that named the served model said
     "evaluating fathom-base" before the SFT stage's episodes."""
-    from fathom.entrypoints.eval_cmd import _header
+    from fathom.eval.run import header as _header
     from fathom.eval.runner import EvalTarget
 
     served = EvalTarget("http://env", "http://proxy", "fathom-base", label="fathom-base")
@@ -179,7 +180,7 @@ def test_a_merged_weight_stage_is_labelled_by_stage_with_the_served_name_beside_
     import re
 
     from fathom.config import load_config
-    from fathom.entrypoints.eval_cmd import eval_plan
+    from fathom.eval.run import eval_plan
     from fathom.eval.evaluate import build_results
     from fathom.eval.report import write_outputs
     from fathom.protocol import EpisodeLimits, Sampling

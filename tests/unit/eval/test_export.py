@@ -106,7 +106,7 @@ def test_a_hub_base_from_the_runs_config_or_the_hub_cache_and_a_local_one_left_o
 
 
 def test_the_card_labels_main_job_results_by_stage_with_the_served_name_beside_it(tmp_path):
-    from fathom.entrypoints.stages_cmd import summarize_stages
+    from fathom.eval.stages import summarize_stages
 
     run = tmp_path / "main"
     write_adapter(run / "checkpoints" / "checkpoint-5")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import typer
 
 from fathom.config import load_config
 from fathom.config.tasks import TaskSource
-from fathom.entrypoints.eval_cmd import _task_ids
+from fathom.eval.run import EvalInputError
+from fathom.eval.run import task_ids as _task_ids
 from fathom.eval.metrics import episode_row, summarize
 from fathom.tasks import store
 from tests.unit.eval.episodes import episode
@@ -31,13 +31,13 @@ def test_eval_takes_an_imported_split_and_ids(imported) -> None:
     assert _task_ids(imported, None, None) == ["mydocs-0", "mydocs-1", "mydocs-2"]
     assert _task_ids(imported, None, 2) == ["mydocs-0", "mydocs-1"]
     assert _task_ids(imported, "mydocs-2,needle-1k-s1000000", None) == ["mydocs-2", "needle-1k-s1000000"]
-    with pytest.raises(typer.Exit):
+    with pytest.raises(EvalInputError, match="--tasks"):
         _task_ids(imported, "mydocs-7", None)
 
 
 def test_a_train_only_source_is_not_evaluated(imported, tmp_path) -> None:
     imported.tasks.sources = [TaskSource(name="mydocs", kind="jsonl", path=str(tmp_path / "docs.jsonl"), roles=["train"])]
-    with pytest.raises(typer.Exit):
+    with pytest.raises(EvalInputError, match="roles"):
         _task_ids(imported, None, None)
 
 

@@ -203,7 +203,7 @@ def test_a_failed_probe_warns_and_the_next_starts_a_new_baseline(caplog):
 def test_an_evaluated_stage_is_what_a_restarted_policy_server_gets_back(tmp_path, monkeypatch):
     """`fathom eval stages` reloads each stage's weights; the run's policy_state.json must then name that stage's,
     or a vLLM restart mid-evaluation would score the rest of an SFT stage on the GRPO weights trained last."""
-    from fathom.entrypoints.recovery import reapply_weights
+    from fathom.stack.recovery import reapply_weights
     from fathom.trainer import adapters
 
     state = tmp_path / "policy_state.json"
@@ -217,7 +217,7 @@ def test_an_evaluated_stage_is_what_a_restarted_policy_server_gets_back(tmp_path
     assert version == 14 and reloaded.startswith(str(tmp_path / "weights" / "sft"))
     assert json.loads(state.read_text()) == {"version": 14, "weights_path": reloaded}
     posted: list[dict] = []
-    monkeypatch.setattr("fathom.entrypoints.recovery.httpx.post",
+    monkeypatch.setattr("fathom.stack.recovery.httpx.post",
                         lambda url, **kw: posted.append(kw["json"]) or httpx.Response(200, json={}))
     reapply_weights("http://vllm", state)(None)
     assert posted[0]["kwargs"]["weights_path"] == reloaded

@@ -1,12 +1,10 @@
-"""What `fathom doctor` reports: venvs, vLLM, prepared models, sandbox layers, GPU."""
+"""What `fathom doctor` reports: venvs, vLLM, prepared models, sandbox layers, GPU. Each check is a row
+(name, ok, detail)."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
 
 
 def _vllm_check(python: str) -> tuple[bool, str]:
@@ -23,7 +21,7 @@ def _vllm_check(python: str) -> tuple[bool, str]:
     return True, f"vllm {out.stdout.strip()} ({python})"
 
 
-def run_checks() -> None:
+def run_checks() -> list[tuple[str, bool, str]]:
     from fathom.config import load_config
     from fathom.config.model import ModelConfig
     from fathom.policy_server.launch import detect_device, vllm_interpreter
@@ -46,11 +44,4 @@ def run_checks() -> None:
             rows.append((f"sandbox:{layer}", bool(info.get("available")), str(info.get("detail", ""))))
     except ImportError as e:
         rows.append(("sandbox", False, f"sandbox package unavailable: {e}"))
-    print_rows(rows, "fathom doctor")
-
-
-def print_rows(rows: list[tuple[str, bool, str]], title: str) -> None:
-    table = Table("check", "ok", "detail", title=title)
-    for name, ok, detail in rows:
-        table.add_row(name, "[green]yes[/]" if ok else "[red]no[/]", detail)
-    Console(width=160).print(table)
+    return rows

@@ -14,6 +14,7 @@ free cores (vLLM's model worker bound to core 0) is left exactly as it is. Linux
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -125,3 +126,19 @@ class CoreFence:
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+
+
+@contextlib.contextmanager
+def trainer_fence(cfg, stage: str, console=None):
+    """While GRPO runs with `trainer.cpu_cores` set and `launch.fence_trainer_cores` on, the launcher and every
+    server it started stay off the trainer's cores (`CoreFence`); otherwise nothing changes."""
+    if stage != "grpo" or not cfg.launch.fence_trainer_cores or not cfg.trainer.cpu_cores:
+        yield
+        return
+    from fathom.config.cpus import parse_cpu_list
+
+    with CoreFence(parse_cpu_list(cfg.trainer.cpu_cores)) as fence:
+        if console is not None:
+            console.print(f"{len(fence.saved)} server threads kept off the trainer's cores "
+                          f"({cfg.trainer.cpu_cores}) while GRPO trains")
+        yield

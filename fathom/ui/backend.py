@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from fathom.config import FathomConfig
-from fathom.entrypoints.served import list_models, served, token_path
+from fathom.policy_server.served import list_models, served, token_path
 from fathom.ui.errors import error_text
 from fathom.ui.live import LiveEpisode
 from fathom.ui.tree import Outcome
@@ -80,8 +80,8 @@ class Backend:
     def _start(self, base: str) -> tuple[Any, str, str]:
         """Start `base`'s proxy and Runtime (blocking, in the starter thread); on failure nothing is left running."""
         from fathom.capture_proxy.app import create_app
-        from fathom.entrypoints.common import serve_in_thread
         from fathom.env_server.server.runtime import Runtime
+        from fathom.stack.inproc import serve_in_thread
 
         cfg = copy.deepcopy(self.cfg)
         tokenizer_dir, note = token_path(self.base_url, base, self.tokenizer)

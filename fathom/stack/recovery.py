@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import httpx
 
-from fathom.entrypoints.supervisor import Child
+from fathom.stack.supervisor import Child
 from fathom.protocol import token_headers
 
 
@@ -56,10 +56,10 @@ def reapply_version(proxy_url: str, state_path: Path, token: str | None = None) 
     return hook
 
 
-def hooks_for(cfg: Any, urls: dict[str, str]) -> dict[str, Callable[[Child], None]]:
+def hooks_for(cfg: Any) -> dict[str, Callable[[Child], None]]:
     """Restart hooks of the main job's servers, by step name."""
     state = Path(cfg.run_dir) / "policy_state.json"  # fathom.trainer.build.policy_state_path, without torch
     if cfg.policy_server.weight_sync != "merged":
         return {}
-    return {"policy": reapply_weights(urls["policy"], state, cfg.trainer.weight_sync_timeout_s),
-            "proxy": reapply_version(urls["proxy"], state, cfg.token())}
+    return {"policy": reapply_weights(cfg.policy_url, state, cfg.trainer.weight_sync_timeout_s),
+            "proxy": reapply_version(cfg.proxy_url, state, cfg.token())}
