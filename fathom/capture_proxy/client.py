@@ -5,7 +5,7 @@
 - `ProxySession` (asyncio): one episode's view of its session, for the env server's harness: model calls
   (chat text or token ids) with the role/depth/parent headers, `/tokenize`, the session's output cap.
 
-Every failure is a `ProxyError`: `kind` says what a caller can do about it, `status`, `code` and `detail` carry
+Every failure is a `ProxyCallError`: `kind` says what a caller can do about it, `status`, `code` and `detail` carry
 what the proxy answered (None when it did not answer). A session id travels as `Authorization: Bearer` and as
 `x-api-key` (a hosting proxy may strip the first); the shared token, when set, as `X-Fathom-Token`.
 """
@@ -35,7 +35,7 @@ from fathom.protocol import (
 )
 
 
-class ProxyError(Exception):
+class ProxyCallError(Exception):
     """A proxy request that did not produce its answer.
 
     kind: `unreachable` (connection failure, timeout, 5xx, a malformed reply: an episode is unscorable),
@@ -69,13 +69,13 @@ def auth_headers(session_id: str) -> dict[str, str]:
 
 @contextmanager
 def _reaching(base_url: str) -> Iterator[None]:
-    """Turn a transport failure (no answer at all) into an `unreachable` ProxyError."""
+    """Turn a transport failure (no answer at all) into an `unreachable` ProxyCallError."""
     try:
         yield
     except httpx.TimeoutException as e:
-        raise ProxyError("unreachable", f"capture proxy at {base_url} timed out: {e!r}") from e
+        raise ProxyCallError("unreachable", f"capture proxy at {base_url} timed out: {e!r}") from e
     except httpx.HTTPError as e:
-        raise ProxyError("unreachable", f"capture proxy at {base_url} unreachable: {e!r}") from e
+        raise ProxyCallError("unreachable", f"capture proxy at {base_url} unreachable: {e!r}") from e
 
 
 def _error_fields(r: httpx.Response) -> tuple[str | None, str]:
@@ -87,19 +87,19 @@ def _error_fields(r: httpx.Response) -> tuple[str | None, str]:
         return None, r.text[:500]
 
 
-def status_error(r: httpx.Response, base_url: str) -> ProxyError:
-    """The ProxyError for a non-success answer."""
+def status_error(r: httpx.Response, base_url: str) -> ProxyCallError:
+    """The ProxyCallError for a non-success answer."""
     body = r.text[:500]
     code, message = _error_fields(r)
     fields = {"status": r.status_code, "code": code, "detail": message, "body": body}
     if r.status_code == 429:
-        return ProxyError("refused", f"capture proxy refused the call (budget): {body}", **fields)
+        return ProxyCallError("refused", f"capture proxy refused the call (budget): {body}", **fields)
     if r.status_code >= 500:
-        return ProxyError("unreachable", f"capture proxy at {base_url} failed with {r.status_code}: {body}", **fields)
+        return ProxyCallError("unreachable", f"capture proxy at {base_url} failed with {r.status_code}: {body}", **fields)
     low = body.lower()
     if r.status_code == 400 and ("context length" in low or "maximum" in low or "too long" in low):
-        return ProxyError("too_long", f"the prompt no longer fits the model's context: {body}", **fields)
-    return ProxyError("rejected", f"capture proxy rejected the call with {r.status_code}: {body}", **fields)
+        return ProxyCallError("too_long", f"the prompt no longer fits the model's context: {body}", **fields)
+    return ProxyCallError("rejected", f"capture proxy rejected the call with {r.status_code}: {body}", **fields)
 
 
 def _checked(r: httpx.Response, base_url: str) -> httpx.Response:
@@ -133,7 +133,7 @@ class ProxyClient:
         self.close()
 
     def health(self, timeout_s: float = 10.0) -> None:
-        """Return when the proxy answers `/healthz` with success; raise ProxyError otherwise."""
+        """Return when the proxy answers `/healthz` with success; raise ProxyCallError otherwise."""
         with _reaching(self.base_url):
             _checked(self.http.get("/healthz", timeout=timeout_s), self.base_url)
 
@@ -151,7 +151,7 @@ class ProxyClient:
             self.http.delete(f"/sessions/{session_id}")
 
     def trace(self, session_id: str) -> Any:
-        """The session's OpenEnv `TrainingTrace`. A trace the proxy refuses raises ProxyError with its code
+        """The session's OpenEnv `TrainingTrace`. A trace the proxy refuses raises ProxyCallError with its code
         (`invalid_capture`: a turn failed validation)."""
         from openenv.core.harness import TrainingTrace  # OpenEnv pulls in gradio: only the trace readers pay for it
 
@@ -189,8 +189,8 @@ class ProxySession:
             headers[HEADER_CONVERSATION] = conversation
         return headers
 
-    def _malformed(self, what: str) -> ProxyError:
-        return ProxyError("unreachable", f"capture proxy at {self.base_url} sent {what}")
+    def _malformed(self, what: str) -> ProxyCallError:
+        return ProxyCallError("unreachable", f"capture proxy at {self.base_url} sent {what}")
 
     async def _post(self, path: str, body: dict[str, Any], headers: dict[str, str],
                     timeout_s: float | None) -> tuple[dict[str, Any], str | None, float]:

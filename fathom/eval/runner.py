@@ -14,7 +14,7 @@ from typing import Callable
 
 import httpx
 
-from fathom.capture_proxy.client import ProxyClient, ProxyError
+from fathom.capture_proxy.client import ProxyClient, ProxyCallError
 from fathom.env_server.client import EpisodeClient, EpisodeError
 from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate
 
@@ -48,7 +48,7 @@ class EvalRunner:
                              metadata={"eval": self.run_id, "label": self.t.label, "task_id": task_id})
         try:
             return proxy.open_session(spec).session_id
-        except ProxyError as e:
+        except ProxyCallError as e:
             if e.status == 404:
                 raise EvalError(f"the capture proxy at {self.t.proxy_url} cannot pin model {self.t.model!r}: "
                                 f"{e.detail}") from None
@@ -68,7 +68,7 @@ class EvalRunner:
             for name, url, check in checks:
                 try:
                     check()
-                except (httpx.HTTPError, ProxyError) as e:
+                except (httpx.HTTPError, ProxyCallError) as e:
                     raise EvalError(f"{name} at {url} is not answering ({e.__cause__ or e}); start it, or let "
                                     "`fathom eval` start the stack from a config (--start)") from None
             proxy.close_session(self._open(proxy, "preflight"))
@@ -95,7 +95,7 @@ class EvalRunner:
                     self._close(proxy, sid)
         except EvalError:
             raise
-        except (EpisodeError, ProxyError, httpx.HTTPError, ValueError) as e:
+        except (EpisodeError, ProxyCallError, httpx.HTTPError, ValueError) as e:
             return EpisodeResult(episode_id=eid, task_id=task_id, session_id=sid, status="error", stop_reason="error",
                                  error=f"evaluation could not run the episode: {e}")
         if res.status not in ("done", "error"):  # still running after timeout_s: no verdict, so unscorable
@@ -107,7 +107,7 @@ class EvalRunner:
     def _close(proxy: ProxyClient, sid: str) -> None:
         try:
             proxy.close_session(sid)
-        except ProxyError:
+        except ProxyCallError:
             pass  # an unclosed eval session is evicted by the proxy's idle TTL; the episode's result stands
 
     def run(self, task_ids: list[str], on_result: Callable[[EpisodeResult], None] | None = None) -> list[EpisodeResult]:

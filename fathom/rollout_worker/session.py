@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 from openenv.core.harness import ResourceSession, ResourceSessionFactory, ToolResult, TrainingTrace, VerifyResult
 
-from fathom.capture_proxy.client import ProxyClient, ProxyError
+from fathom.capture_proxy.client import ProxyClient, ProxyCallError
 from fathom.config.security import shared_token
 from fathom.env_server.client import EpisodeClient
 from fathom.protocol import EpisodeLimits, EpisodeRequest, EpisodeResult, Sampling, SessionCreate
@@ -131,7 +131,7 @@ class FathomSession(ResourceSession):
     def fetch_training_trace(self) -> TrainingTrace:
         try:
             trace = self.factory.proxy.trace(self.session_id)
-        except ProxyError as e:
+        except ProxyCallError as e:
             if e.status == 409 and e.code == "invalid_capture":
                 raise InvalidCaptureError(
                     f"capture of session {self.session_id} (episode {self.episode_id}, task {self.task_id}) is "
@@ -172,7 +172,7 @@ class FathomSession(ResourceSession):
         self._finished()
         try:
             self.factory.proxy.close_session(self.session_id)
-        except ProxyError as e:
+        except ProxyCallError as e:
             log.warning("closing proxy session %s failed: %s", self.session_id, e)
 
 
@@ -251,7 +251,7 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
         try:
             try:
                 info = self.proxy.open_session(SessionCreate(trainable=True, sampling=self.sampling, metadata=meta))
-            except ProxyError as e:
+            except ProxyCallError as e:
                 raise RolloutError(_answered("POST /sessions on the capture proxy", e)) from e
             session = FathomSession(self, session_id=info.session_id, episode_id=episode_id, task_id=task_id,
                                     policy_version=int(info.policy_version), record=record)
@@ -269,7 +269,7 @@ class FathomSessionFactory(ResourceSessionFactory[FathomSession]):
         return session
 
 
-def _answered(request: str, e: ProxyError) -> str:
+def _answered(request: str, e: ProxyCallError) -> str:
     """What a RolloutError says: the proxy's status and answer, or why no answer came."""
     return f"{request} answered {e.status}: {e.body[:300]}" if e.status is not None else str(e)
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from fathom.capture_proxy.client import ProxyError, ProxySession
+from fathom.capture_proxy.client import ProxyCallError, ProxySession
 from fathom.env_server.server.harness import EventHook, Harness, Limits, LoopOutcome, Tally, Unscorable
 from fathom.protocol import EpisodeLimits, RewardComponents, Sampling, SessionCreate, StopReason, TurnStat
 
@@ -59,7 +59,7 @@ async def verify(rt: "Runtime", task: Any, answer: str | None, *, via_final: boo
     if harness.proxy is not None:
         try:
             total_tokens = (await harness.proxy.session_info()).total_tokens
-        except ProxyError as e:
+        except ProxyCallError as e:
             return Verdict(None, tally.tokens, f"could not read the capture session: {e}")
     loop = asyncio.get_running_loop()
     try:
@@ -107,7 +107,7 @@ async def run_episode(rt: "Runtime", question: str, context: str, *, limits: Lim
         else:
             proxy = await ProxySession.open(rt.http, proxy_url, create or SessionCreate(),
                                             rt.cfg.env_server.proxy_timeout_s)
-    except ProxyError as e:
+    except ProxyCallError as e:
         return EpisodeRun(error=f"could not open a capture session: {describe(e)}", wall_s=time.perf_counter() - t0)
     if on_session is not None:
         on_session(proxy.session_id)
@@ -127,7 +127,7 @@ async def run_episode(rt: "Runtime", question: str, context: str, *, limits: Lim
     if task is None:
         try:
             run.total_tokens = (await proxy.session_info()).total_tokens
-        except ProxyError:
+        except ProxyCallError:
             run.total_tokens = tally.tokens
         return run
     verdict = await verify(rt, task, out.answer, via_final=out.via_final, harness=harness)

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from fathom.capture_proxy.client import ChatReply, ProxyError, ProxySession
+from fathom.capture_proxy.client import ChatReply, ProxyCallError, ProxySession
 from fathom.config.env_server import EnvServerConfig
 from fathom.env_server.server import prompts
 from fathom.env_server.server.tokens import TemplateError, TokenPath
@@ -223,9 +223,9 @@ class Harness:
                 parent=cur.turn.call_id, conversation=None,
             )
             if reply is None:
-                raise ProxyError("too_long", "the llm() prompt does not fit the model's context with its output cap; "
+                raise ProxyCallError("too_long", "the llm() prompt does not fit the model's context with its output cap; "
                                              "send a smaller piece")
-        except ProxyError as e:
+        except ProxyCallError as e:
             node.error = str(e)
             if e.kind == "unreachable":
                 self.tally.infra_error = str(e)
@@ -245,7 +245,7 @@ class Harness:
         assert self.proxy is not None
         try:
             await self.tokens.ensure(self.proxy)
-        except (ProxyError, TemplateError) as e:
+        except (ProxyCallError, TemplateError) as e:
             raise Unscorable(f"token-space prompts are unavailable: {e}") from None
         return self.tokens.chat.initial(messages)
 
@@ -318,7 +318,7 @@ class Harness:
                 try:
                     reply = await self._call(messages, prompt_ids, role=role, depth=depth, parent=parent,
                                              conversation=conversation)
-                except ProxyError as e:
+                except ProxyCallError as e:
                     if e.kind == "refused":
                         return LoopOutcome(None, False, "budget")
                     if e.kind == "too_long":

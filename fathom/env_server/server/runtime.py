@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import httpx
 
-from fathom.capture_proxy.client import ProxyError, ProxySession
+from fathom.capture_proxy.client import ProxyCallError, ProxySession
 from fathom.config import FathomConfig
 from fathom.env_server.server.step_episodes import StepStore
 from fathom.env_server.server.episodes import EpisodeManager, load_task
@@ -98,7 +98,7 @@ class Runtime:
         probe = ProxySession(self.http, self.default_proxy_url, "", 30.0)
         try:
             await self.tokens.ensure(probe)
-        except ProxyError as e:  # the proxy may start after us; the first episode on each proxy checks again
+        except ProxyCallError as e:  # the proxy may start after us; the first episode on each proxy checks again
             log.warning("chat template not yet checked against the engine (%s); the first episode will", e)
 
     async def stop(self) -> None:

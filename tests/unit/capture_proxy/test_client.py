@@ -1,5 +1,5 @@
 """The capture proxy's HTTP client against an in-process fake proxy (httpx.MockTransport): what it sends, what it
-makes of each answer, and the ProxyError kind and fields a caller sees for each failure."""
+makes of each answer, and the ProxyCallError kind and fields a caller sees for each failure."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from fathom.capture_proxy.client import ProxyClient, ProxyError, ProxySession
+from fathom.capture_proxy.client import ProxyClient, ProxyCallError, ProxySession
 from fathom.protocol import Sampling, SessionCreate
 
 INFO = {"session_id": "s1", "policy_version": 4, "model": "trl-policy-v4", "trainable": True,
@@ -57,7 +57,7 @@ def test_open_session_posts_the_spec_with_the_shared_token_and_returns_its_info(
     (503, "upstream down", "unreachable", None, "upstream down"),
 ])
 def test_a_refused_open_names_status_code_and_detail(status, body, kind, code, detail):
-    with pytest.raises(ProxyError) as err:
+    with pytest.raises(ProxyCallError) as err:
         sync_client(answer(status, body)).open_session(SessionCreate())
     e = err.value
     assert (e.kind, e.status, e.code, e.detail) == (kind, status, code, detail)
@@ -65,12 +65,12 @@ def test_a_refused_open_names_status_code_and_detail(status, body, kind, code, d
 
 
 def test_no_answer_is_unreachable_and_names_the_proxy():
-    with pytest.raises(ProxyError, match="capture proxy at http://proxy unreachable") as err:
+    with pytest.raises(ProxyCallError, match="capture proxy at http://proxy unreachable") as err:
         sync_client(refuse).open_session(SessionCreate())
     assert err.value.kind == "unreachable" and err.value.status is None
-    with pytest.raises(ProxyError, match="unreachable"):
+    with pytest.raises(ProxyCallError, match="unreachable"):
         sync_client(refuse).health()
-    with pytest.raises(ProxyError, match="unreachable"):
+    with pytest.raises(ProxyCallError, match="unreachable"):
         sync_client(refuse).close_session("s1")
 
 
@@ -83,7 +83,7 @@ def test_health_checks_healthz_and_a_failing_one_raises():
 
     sync_client(handle).health()
     assert paths == ["/healthz"]
-    with pytest.raises(ProxyError, match="failed with 503"):
+    with pytest.raises(ProxyCallError, match="failed with 503"):
         sync_client(answer(503, "starting")).health()
 
 
@@ -102,7 +102,7 @@ def test_trace_validates_the_training_trace_and_keeps_the_refusal_code():
     trace = sync_client(answer(200, {"schema_version": 1, "turns": [TURN]})).trace("s1")
     assert [t.node_id for t in trace.turns] == ["c1"] and trace.turns[0].completion_token_ids == [3]
     refusal = {"error": {"code": "invalid_capture", "message": "call c7: ids and logprobs differ"}}
-    with pytest.raises(ProxyError) as err:
+    with pytest.raises(ProxyCallError) as err:
         sync_client(answer(409, refusal)).trace("s1")
     assert (err.value.status, err.value.code, err.value.detail) == (409, "invalid_capture",
                                                                     "call c7: ids and logprobs differ")
@@ -152,7 +152,7 @@ def test_chat_reads_the_message_and_usage():
     (200, {"choices": [{"text": "x", "token_ids": "5 6"}]}, "unreachable"),
 ])
 def test_each_failed_model_call_has_the_kind_the_harness_acts_on(status, body, kind):
-    with pytest.raises(ProxyError) as err:
+    with pytest.raises(ProxyCallError) as err:
         run(session(answer(status, body)).complete([1], role="root", depth=0, parent=None, sampling=None))
     assert err.value.kind == kind
 
@@ -162,7 +162,7 @@ def test_output_cap_and_tokenize_read_the_proxy():
                 httpx.Response(200, json={"tokens": [1, 2], "max_model_len": 2048}))
     assert run(s.output_cap()) == 77
     assert run(s.tokenize_chat([{"role": "user", "content": "q"}])) == ([1, 2], 2048)
-    with pytest.raises(ProxyError, match="malformed /tokenize reply"):
+    with pytest.raises(ProxyCallError, match="malformed /tokenize reply"):
         run(session(answer(200, {"tokens": [1]})).tokenize_chat([]))
 
 

@@ -59,7 +59,7 @@ def test_a_session_that_cannot_open_is_unscorable_in_the_callers_words(runtime):
     proxy = FakeProxy(lambda m: "")
     proxy.handle = lambda req: (_ for _ in ()).throw(httpx.ConnectError("refused", request=req))
     out = run(proxy, create=SessionCreate(), describe=lambda e: f"<{type(e).__name__}>")
-    assert out.error == "could not open a capture session: <ProxyError>" and out.answer is None
+    assert out.error == "could not open a capture session: <ProxyCallError>" and out.answer is None
     assert out.components is None and out.stop_reason == "error"
 
 
