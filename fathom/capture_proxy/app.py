@@ -54,7 +54,10 @@ def create_app(
     weight_sync: Literal["adapter", "merged"] = "adapter",
     shared_token: str | None = None,
 ) -> "HotPath | SharedTokenGate":
-    """`shared_token`: when set, every route but /healthz requires it as `X-Fathom-Token` (see config.security)."""
+    """`shared_token`: when set, every route but /healthz requires it as `X-Fathom-Token` (see config.security).
+
+    Long because it is the route table: each route is a few lines that parse, call `CaptureService` and answer, and
+    they close over the one service and state; split up, the table would no longer read in one place."""
     state = make_state(cfg, upstream_url=upstream_url, base_model=base_model, weight_sync=weight_sync)
     service = CaptureService(state, upstream_url=upstream_url, base_model=base_model, weight_sync=weight_sync)
 

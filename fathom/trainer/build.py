@@ -113,7 +113,10 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     """The trainer and its parts for `cfg`; `trainer.train()` (or `run.trainer.train(resume_from_checkpoint=...)`)
     runs it. Refuses an installed TRL other than 1.15.0, and a CUDA config where torch sees no GPU; on a machine
     without CUDA applies the CPU patches, on CUDA the attention `trainer.attention` picks.
-    `rollout_cores`: the cores TRL's rollout child moves to (None: it shares the trainer's)."""
+    `rollout_cores`: the cores TRL's rollout child moves to (None: it shares the trainer's).
+
+    Long because it wires the parts in the order they depend on each other (checks, model, worker, weight sync,
+    callbacks, trainer); each part is built by its own module, and this function only connects them."""
     import torch
     from datasets import Dataset
     from peft import LoraConfig

@@ -78,7 +78,10 @@ def train_sft(
     lora: Any,
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> dict[str, Any]:
-    """Train a LoRA adapter with TRL's SFTTrainer; writes `out_dir/adapter` (PEFT) and returns the run's metrics."""
+    """Train a LoRA adapter with TRL's SFTTrainer; writes `out_dir/adapter` (PEFT) and returns the run's metrics.
+
+    Long because the trainer's settings, its progress callback and the metrics it returns belong to one run and
+    are read together; the row building and collation live in their own functions."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback

@@ -36,7 +36,10 @@ def read_document(text: str | None, upload: str | None) -> str:
 
 def build_app(backend: EpisodeBackend, *, default_model: str | None = None, endpoint: str = "",
               examples: list[str] | None = None) -> Any:
-    """`examples`: the picker's task ids (default: the built-in ones; `live.example_tasks` adds imported rows)."""
+    """`examples`: the picker's task ids (default: the built-in ones; `live.example_tasks` adds imported rows).
+
+    Long because it is the page's layout: gradio builds components and their event handlers inside one `Blocks`
+    context, and the page reads top to bottom as it appears."""
     import gradio as gr
 
     examples = list(examples or EXAMPLE_TASKS)
