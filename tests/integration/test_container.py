@@ -21,8 +21,28 @@ from tests.sandbox_layers import SWITCH, required
 CONTAINER_CONFIG = ci.ROOT / "configs" / "container.toml"
 
 
+MYDOCS_CONTEXT = "filler " * 200 + "the code is 4711."
+
+
+def _task_store(root):
+    """A host task store holding the imported split `mydocs` (one task), as `fathom tasks import` writes it."""
+    from fathom.config.tasks import TaskSource
+    from fathom.tasks import store
+
+    src = root / "mydocs.jsonl"
+    src.write_text('{"question": "Which code?", "context": "' + MYDOCS_CONTEXT + '", "answer": 4711}\n')
+    store.set_root(root / "store")
+    try:
+        store.import_source(TaskSource(name="mydocs", kind="jsonl", path=str(src)))
+    finally:
+        store.set_root(None)
+    return root / "store"
+
+
 @pytest.fixture(scope="module")
-def container():
+def container(tmp_path_factory):
+    """One container for the module, with a host task store mounted read-only at the image's $FATHOM_HOME/tasks,
+    as docs/deploy.md serves imported splits; the generated splits need no store."""
     missing = ci.missing_tools()
     if missing:
         why = f"{missing} not installed (apt-get install -y podman debootstrap runc; `make setup` does)"
@@ -30,9 +50,10 @@ def container():
             pytest.fail(f"{why}; {SWITCH}=1 requires them")
         pytest.skip(why)
     ci.build_image()
+    store_dir = _task_store(tmp_path_factory.mktemp("container-store"))
     name, port = f"fathom-test-{free_port()}", free_port()
     t0 = time.monotonic()
-    ci.run_container(name, port)
+    ci.run_container(name, port, extra=["-v", f"{store_dir}:/home/user/.cache/fathom/tasks:ro"])
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -106,35 +127,13 @@ def test_reading_etc_passwd_is_refused(container, code):
     assert "Error" in out, out
 
 
-def test_an_imported_split_served_from_a_mounted_store(container, tmp_path):
+def test_an_imported_split_served_from_a_mounted_store(container):
     """The host's task store mounted read-only at the image's $FATHOM_HOME/tasks serves `mydocs-N` ids."""
     from openenv.core.generic_client import GenericEnvClient
 
-    from fathom.config.tasks import TaskSource
-    from fathom.tasks import store
-
-    src = tmp_path / "mydocs.jsonl"
-    src.write_text('{"question": "Which code?", "context": "' + "filler " * 200 + 'the code is 4711.", "answer": 4711}\n')
-    store.set_root(tmp_path / "store")
-    try:
-        store.import_source(TaskSource(name="mydocs", kind="jsonl", path=str(src)))
-    finally:
-        store.set_root(None)
-    name, port = f"fathom-test-store-{free_port()}", free_port()
-    ci.run_container(name, port, extra=["-v", f"{tmp_path / 'store'}:/home/user/.cache/fathom/tasks:ro"])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.3)
-        with GenericEnvClient(base_url=url, headers=token_headers(ci.TOKEN)).sync() as env:
-            obs = env.reset(task_id="mydocs-0").observation
-            assert obs["task_id"] == "mydocs-0" and obs["context_chars"] == len("filler " * 200) + 17
-            r = env.step({"code": "FINAL(context.split()[-1].rstrip('.'))"})
-            assert r.done and r.observation["reward_components"]["correct"]
-    finally:
-        print(ci.stop_container(name)[-2000:])
+    _, url = container
+    with GenericEnvClient(base_url=url, headers=token_headers(ci.TOKEN)).sync() as env:
+        obs = env.reset(task_id="mydocs-0").observation
+        assert obs["task_id"] == "mydocs-0" and obs["context_chars"] == len(MYDOCS_CONTEXT)
+        r = env.step({"code": "FINAL(context.split()[-1].rstrip('.'))"})
+        assert r.done and r.observation["reward_components"]["correct"]

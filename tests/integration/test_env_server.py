@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from fathom.tasks import get_task, load_split, reference_solution
-from tests.integration.env_server_stack import ROOT, free_port, run_episodes, running_stack
+from tests.integration.env_server_stack import ROOT, free_port, run_episodes, run_factory, running_stack, short_tasks
 
 
 @pytest.fixture(scope="module")
@@ -190,3 +190,13 @@ def test_openenv_validate_accepts_the_server_and_the_manifest(stack):
     run = subprocess.run([openenv, "validate", str(Path(ROOT, "fathom/env_server")), "--level", "static",
                           "--skip-build"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "Verdict: PASS" in run.stdout, run.stdout + run.stderr
+
+
+def test_two_env_servers_share_the_episodes(stack):
+    """A second real env server behind the module's proxy: the rollout worker's factory uses both, and no episode
+    fails."""
+    second = stack.add_env_server()
+    got = run_factory(stack.proxy_url, [stack.env_url, second], short_tasks(12), concurrency=4)
+    assert got["failed"] == 0, got
+    assert all(c >= 3 for c in got["per_server"]), got  # least in flight, ties in turn: about half each
+    assert got["in_flight_left"] == [0, 0]

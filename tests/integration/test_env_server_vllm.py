@@ -41,20 +41,29 @@ def check_episode(stack, res: dict, max_turns: int) -> None:
         assert seqs[0].input_ids == last["prompt_token_ids"] + last["completion_token_ids"]
 
 
-def test_tiny_model_episode_runs_end_to_end(vllm_server, tmp_path):
-    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
-                       env_overrides={"tokenizer": str(vllm_server.model_dir)}) as st:
-        body = {"task_id": load_split("test")[1], "limits": {"max_turns": 3},
-                "sampling": {"temperature": 1.0, "max_tokens": 48}}
-        (res,) = run_episodes(st.env_url, [body], timeout_s=600)
-        check_episode(st, res, 3)
-        assert len(res["turns"]) == 3  # the random model never writes FINAL: three turns, two transitions
-        # The proxy passes vLLM's /tokenize through for the env server's template check.
-        r = httpx.post(f"{st.proxy_url}/tokenize", json={"model": "policy", "prompt": "hi"}, timeout=30)
-        assert r.status_code == 200 and r.json()["tokens"] and r.json()["max_model_len"] == 4096
+@pytest.fixture(scope="module")
+def tiny_stack(vllm_server, tmp_path_factory):
+    """Capture proxy and env server on the session's vLLM, rendering with the served tokenizer."""
+    with running_stack(tmp_path_factory.mktemp("tiny-stack"), upstream_url=vllm_server.base_url,
+                       model=vllm_server.model, env_overrides={"tokenizer": str(vllm_server.model_dir)}) as st:
+        yield st
 
 
-def test_env_server_refuses_a_tokenizer_whose_template_differs_from_the_served_one(vllm_server, tmp_path):
+def test_tiny_model_episode_runs_end_to_end(tiny_stack):
+    st = tiny_stack
+    body = {"task_id": load_split("test")[1], "limits": {"max_turns": 3},
+            "sampling": {"temperature": 1.0, "max_tokens": 48}}
+    (res,) = run_episodes(st.env_url, [body], timeout_s=600)
+    check_episode(st, res, 3)
+    assert len(res["turns"]) == 3  # the random model never writes FINAL: three turns, two transitions
+    # The proxy passes vLLM's /tokenize through for the env server's template check.
+    r = httpx.post(f"{st.proxy_url}/tokenize", json={"model": "policy", "prompt": "hi"}, timeout=30)
+    assert r.status_code == 200 and r.json()["tokens"] and r.json()["max_model_len"] == 4096
+
+
+def test_env_server_refuses_a_tokenizer_whose_template_differs_from_the_served_one(vllm_server, tiny_stack,
+                                                                                   tmp_path):
+    """A second env server on the module's proxy, with a tokenizer whose template differs, refuses to start."""
     import shutil
     import subprocess
 
@@ -68,17 +77,16 @@ def test_env_server_refuses_a_tokenizer_whose_template_differs_from_the_served_o
     tok = AutoTokenizer.from_pretrained(str(other))
     tok.chat_template = "{{- ' ' }}" + tok.chat_template  # one extra leading space: another template
     tok.save_pretrained(str(other))
-    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
-                       env_overrides={"tokenizer": str(vllm_server.model_dir)}) as st:
-        cfg = tmp_path / "bad.toml"
-        cfg.write_text((tmp_path / "stack.toml").read_text().replace(str(vllm_server.model_dir), str(other))
-                       .replace(f"port = {st.env_url.rsplit(':', 1)[1]}", f"port = {free_port()}"))
-        from tests.integration.env_server_stack import FATHOM
+    st = tiny_stack
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text((st.tmp / "stack.toml").read_text().replace(str(vllm_server.model_dir), str(other))
+                   .replace(f"port = {st.env_url.rsplit(':', 1)[1]}", f"port = {free_port()}"))
+    from tests.integration.env_server_stack import FATHOM
 
-        p = subprocess.run([FATHOM, "env", "serve", "--config", str(cfg)], capture_output=True, text=True,
-                           timeout=120)
-        assert p.returncode != 0
-        assert "other-template" in p.stderr + p.stdout and "differs" in p.stderr + p.stdout
+    p = subprocess.run([FATHOM, "env", "serve", "--config", str(cfg)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0
+    assert "other-template" in p.stderr + p.stdout and "differs" in p.stderr + p.stdout
 
 
 @pytest.mark.slow

@@ -1,5 +1,11 @@
 """One real GRPO step on the tiny model over an imported split only: TRL's AsyncGRPOTrainer + LoRA, its rollout
-worker driving episodes of `mydocs-N` ids on a separately started env server that reads them from the task store."""
+worker driving episodes of `mydocs-N` ids on a separately started env server that reads them from the task store.
+
+Slow: it starts the stack test_trainer.py starts and trains as it does, on other task ids. The default run covers
+each part on its own: test_trainer.py the GRPO steps through that stack, test_imported_tasks.py a separately
+started env server serving and scoring `mydocs-N` ids from the store (real proxy and sandbox), and
+tests/unit/tasks/test_store.py an imported-only training id list. The trainer passes ids, never a task's content.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +17,14 @@ from fathom.config.tasks import TaskSource
 from fathom.rollout_worker.dataset import training_task_ids
 from fathom.tasks import store
 from tests.integration.test_trainer import train_config
-from tests.integration.train_stack import eos_boosted_tiny, merged_stack, own_vllm
+from tests.integration.train_stack import merged_stack
+
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_model_dir, tmp_path_factory):
+def trained(train_vllm, tmp_path_factory):
     from fathom.trainer.build import Endpoints, build_trainer
 
     tmp = tmp_path_factory.mktemp("imported-train")
@@ -28,10 +37,9 @@ def trained(tiny_model_dir, tmp_path_factory):
     try:
         store.import_source(TaskSource(name="mydocs", kind="jsonl", path=str(src)))
         ids = training_task_ids(8, 4096, imported=[("mydocs", 1.0)], generated_weight=0.0)
-        model_dir = eos_boosted_tiny(tiny_model_dir, tmp / "tiny-eos")
-        with own_vllm(model_dir, tmp / "vllm-log") as vllm_url, merged_stack(
-                tmp, vllm_url, "fathom-base", tokenizer=model_dir,
-                extra_toml=f'\n[tasks]\nstore_dir = "{store_dir}"\n') as stack:
+        model_dir = train_vllm.model_dir
+        with merged_stack(tmp, train_vllm.base_url, "fathom-base", tokenizer=model_dir,
+                          extra_toml=f'\n[tasks]\nstore_dir = "{store_dir}"\n') as stack:
             cfg = train_config(model_dir, stack, tmp / "runs" / "one-step", **{"trainer.max_steps": 1})
             run = build_trainer(cfg, model_path=str(model_dir), progress=False,
                                 endpoints=Endpoints(stack.vllm_url, stack.proxy_url, stack.env_url), task_ids=ids)

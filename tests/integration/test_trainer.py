@@ -16,7 +16,7 @@ import torch
 
 from fathom.config import load_config
 from fathom.rollout_worker.dataset import training_task_ids
-from tests.integration.train_stack import eos_boosted_tiny, hf_logprobs, merged_stack, own_vllm, served_logprobs
+from tests.integration.train_stack import hf_logprobs, merged_stack, served_logprobs
 
 BAD_TASK = "nosuchfamily-1k-s1"  # the env server refuses it (404), so every rollout of its group fails
 
@@ -37,12 +37,10 @@ def train_config(model_dir: Path, stack, run_dir: Path, **over: object):
 
 
 @pytest.fixture(scope="module")
-def servers(tiny_model_dir, tmp_path_factory):
+def servers(train_vllm, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("train")
-    model_dir = eos_boosted_tiny(tiny_model_dir, tmp / "tiny-eos")
-    with own_vllm(model_dir, tmp / "vllm-log") as vllm_url, merged_stack(tmp, vllm_url, "fathom-base",
-                                                                               tokenizer=model_dir) as stack:
-        yield model_dir, stack, tmp
+    with merged_stack(tmp, train_vllm.base_url, "fathom-base", tokenizer=train_vllm.model_dir) as stack:
+        yield train_vllm.model_dir, stack, tmp
 
 
 @pytest.fixture(scope="module")

