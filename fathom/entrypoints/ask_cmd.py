@@ -79,23 +79,14 @@ def ask(
         die(f"--document {str(document)!r} is not a file; pass a plain-text file")
     text = document.read_bytes().decode("utf-8", errors="replace")
     name, base = _served(base_url, model)
-    from fathom.policy_server.served import token_path
-
-    tokenizer_dir, path_note = token_path(base_url, base, tokenizer)
-    cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
-    cfg.env_server.tokenizer = tokenizer_dir or ""
     from rich.console import Console
     from rich.tree import Tree
 
-    from fathom.capture_proxy.app import create_app
-    from fathom.stack.inproc import serve_in_thread
+    from fathom.stack.inproc import capture_in_process
 
-    # A capture proxy of its own, in this process, in front of the served model: eval sessions pin `name`.
-    proxy_app = create_app(cfg.capture_proxy, upstream_url=base_url.rstrip("/"), base_model=base, weight_sync="merged")
     console = Console()
     try:
-        with serve_in_thread(proxy_app) as proxy_url:
-            cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this engine at start
+        with capture_in_process(cfg, base_url, base, tokenizer) as (cfg, proxy_url, path_note):
             eprint(f"asking {name} (on {base} at {base_url}, {path_note}) about {document} ({len(text):,} characters)")
             run, turns = asyncio.run(_episode(cfg, proxy_url, name, question, text,
                                               max_turns or cfg.env_server.max_turns))

@@ -32,3 +32,25 @@ def serve_in_thread(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@contextmanager
+def capture_in_process(cfg: Any, base_url: str, base: str, tokenizer: str | None) -> Iterator[tuple[Any, str, str]]:
+    """What `fathom ask` and `fathom ui` run episodes through: a capture proxy of their own, in this process, in
+    front of `base` served at `base_url` (sessions pin the model they name; weights are merged, never hot-swapped).
+
+    Yields (a copy of `cfg` whose env server talks to that proxy on the token path where the server allows it,
+    the proxy's URL, a note saying which path and why). The proxy stops on exit."""
+    import copy
+
+    from fathom.capture_proxy.app import create_app
+    from fathom.policy_server.served import token_path
+
+    cfg = copy.deepcopy(cfg)
+    tokenizer_dir, note = token_path(base_url, base, tokenizer)
+    cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
+    cfg.env_server.tokenizer = tokenizer_dir or ""
+    app = create_app(cfg.capture_proxy, upstream_url=base_url.rstrip("/"), base_model=base, weight_sync="merged")
+    with serve_in_thread(app) as proxy_url:
+        cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this engine at start
+        yield cfg, proxy_url, note

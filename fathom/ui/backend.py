@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import copy
 import threading
 from typing import Any
 
 from fathom.config import FathomConfig
-from fathom.policy_server.served import list_models, served, token_path
+from fathom.policy_server.served import list_models, served
 from fathom.ui.errors import error_text
 from fathom.ui.live import LiveEpisode
 from fathom.ui.tree import Outcome
@@ -79,18 +78,11 @@ class Backend:
 
     def _start(self, base: str) -> tuple[Any, str, str]:
         """Start `base`'s proxy and Runtime (blocking, in the starter thread); on failure nothing is left running."""
-        from fathom.capture_proxy.app import create_app
         from fathom.env_server.server.runtime import Runtime
-        from fathom.stack.inproc import serve_in_thread
+        from fathom.stack.inproc import capture_in_process
 
-        cfg = copy.deepcopy(self.cfg)
-        tokenizer_dir, note = token_path(self.base_url, base, self.tokenizer)
-        cfg.env_server.prompt_format = "tokens" if tokenizer_dir else "chat"
-        cfg.env_server.tokenizer = tokenizer_dir or ""
-        app = create_app(cfg.capture_proxy, upstream_url=self.base_url, base_model=base, weight_sync="merged")
         with contextlib.ExitStack() as stack:
-            proxy_url = stack.enter_context(serve_in_thread(app))
-            cfg.env_server.proxy_url = proxy_url  # the token path checks its template against this engine at start
+            cfg, proxy_url, note = stack.enter_context(capture_in_process(self.cfg, self.base_url, base, self.tokenizer))
             rt = Runtime(cfg)
             # Stops what a failed start did start (the sandbox zygote), and, at close, the whole runtime.
             stack.callback(lambda: asyncio.run_coroutine_threadsafe(rt.stop(), self.loop).result(timeout=30))

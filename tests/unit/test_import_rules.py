@@ -25,12 +25,12 @@ ALLOWED: dict[str, set[str]] = {
     "eval": {"rollout_worker", "capture_proxy.client", "env_server.client", "env_server.models", "policy_server.client",
              "tasks", "protocol", "config"},
     # The page's backend runs episodes in this process: its own capture proxy and env-server runtime.
-    "ui": {"policy_server.served", "capture_proxy.app", "env_server.server", "stack.inproc", "tasks", "protocol",
-           "config"},
+    "ui": {"policy_server.served", "env_server.server", "stack.inproc", "tasks", "protocol", "config"},
     # Supervised server stacks and the main job's plan: the plan checks the split, the SFT phrasings and the
     # anchor rows before any server starts; the SFT teacher's recordings run a proxy and the teacher in-process.
-    "stack": {"policy_server.launch", "trainer.anchor", "trainer.sft_record", "capture_proxy.app",
-              "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol", "config"},
+    "stack": {"policy_server.launch", "policy_server.served", "trainer.anchor", "trainer.sft_record",
+              "capture_proxy.app", "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol",
+              "config"},
     "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env", "config"},
 }
 
