@@ -92,7 +92,7 @@ def serve_merged(model_dir: str | Path, adapter: str | None, *, vllm_url: str, p
         sync.pause()
         sync.send_weights(merged_tensors(model_dir, adapter))
         sync.resume()
-        sync._post(f"{proxy_url.rstrip('/')}/policy/version", json={"version": version})
+        sync.report_version(version, proxy_url)
         sync._record(version=version)
     finally:
         sync.destroy()

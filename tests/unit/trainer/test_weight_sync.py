@@ -221,3 +221,55 @@ def test_an_evaluated_stage_is_what_a_restarted_policy_server_gets_back(tmp_path
                         lambda url, **kw: posted.append(kw["json"]) or httpx.Response(200, json={}))
     reapply_weights("http://vllm", state)(None)
     assert posted[0]["kwargs"]["weights_path"] == reloaded
+
+
+def test_the_version_report_goes_through_the_proxys_client_retried_through_a_restart_and_refusals_stop(tmp_path):
+    fake, down = FakeServers(), {"left": 2}
+
+    def flaky(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/policy/version" and down["left"]:
+            down["left"] -= 1
+            raise httpx.ConnectError("connection refused", request=req)
+        return fake(req)
+
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          retry_s=30, retry_poll_s=0.01,
+                          http=httpx.Client(transport=httpx.MockTransport(flaky))).bind(Trainer())
+    one_sync(sync, {"w": torch.zeros(1)})
+    assert down["left"] == 0 and fake.calls[-2] == ("proxy/policy/version", {"version": 1})
+
+    def refusing(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/policy/version":
+            fake.calls.append(("proxy/policy/version", json.loads(req.content)))
+            return httpx.Response(409, json={"error": {"code": "wrong_sync_mode", "message": "adapter sync"}})
+        return fake(req)
+
+    sync.http = httpx.Client(transport=httpx.MockTransport(refusing))
+    with pytest.raises(WeightSyncError, match=r"reporting policy version 2 to http://proxy/policy/version.*409"):
+        one_sync(sync, {"w": torch.zeros(1)})
+    assert [c[0] for c in fake.calls][-2:] == ["proxy/policy/version", "vllm/resume"]  # asked once, vLLM resumed
+
+
+def test_a_restarted_proxy_is_told_the_last_version_through_the_proxys_client(tmp_path, monkeypatch):
+    from fathom.capture_proxy.client_core import ProxyCallError
+    from fathom.stack.recovery import reapply_version
+
+    seen: list[httpx.Request] = []
+    status = {"code": 200}
+
+    def proxy(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return httpx.Response(status["code"], json={"merged_version": 6})
+
+    client = httpx.Client
+    monkeypatch.setattr("fathom.stack.recovery.httpx.Client",
+                        lambda **kw: client(transport=httpx.MockTransport(proxy), **kw))
+    state = tmp_path / "policy_state.json"
+    state.write_text(json.dumps({"version": 6, "weights_path": None}))
+    reapply_version("http://proxy", state, token="tok")(None)
+    (req,) = seen
+    assert (str(req.url), json.loads(req.content), req.headers["X-Fathom-Token"]) == (
+        "http://proxy/policy/version", {"version": 6}, "tok")
+    status["code"] = 409
+    with pytest.raises(ProxyCallError, match="reporting policy version 6 to http://proxy/policy/version"):
+        reapply_version("http://proxy", state)(None)
