@@ -17,6 +17,10 @@ class RolloutRecord:
     prompt: Any
     """The dataset prompt TRL drew for this rollout (a task id, or chat messages ending in one)."""
 
+    episode_id: str | None = None
+    """The episode the session ran for this rollout (TRL's rollout id); written when the session is created, and the
+    key that groups the rollout's training rows at scoring (`groups.episode_keys`)."""
+
     policy_versions: tuple[int, int] | None = None
     """(oldest, newest) policy version that sampled any trained turn of the rollout's trace; None until the trace is
     fetched, and when no turn carries a version."""

@@ -79,7 +79,9 @@ class FathomSession(ResourceSession):
         self.factory, self.session_id, self.episode_id, self.task_id = factory, session_id, episode_id, task_id
         self.policy_version = policy_version
         self.record = record if record is not None else RolloutRecord(task_id)
-        """The rollout's own record: the trace's policy versions go there for the loop (`groups.py`)."""
+        """The rollout's own record: its episode id and the trace's policy versions go there for the loop
+        (`groups.py`)."""
+        self.record.episode_id = episode_id
         self.result: EpisodeResult | None = None
         self.closed = False
         self.env_index = 0

@@ -116,6 +116,7 @@ def test_fetched_trace_leaves_its_trained_turns_versions_in_the_rollouts_record(
     record = RolloutRecord([{"role": "user", "content": "needle-1k-s1"}])  # what the rollout loop passes as the task
     s = factory(fake, tmp_path).create(record, seed=7, episode_id="e1")
     assert s.task_id == "needle-1k-s1" and s.record is record and record.policy_versions is None
+    assert record.episode_id == "e1"  # the key the loop groups the rollout's training rows by
     assert fake.started[0]["task_id"] == "needle-1k-s1"
     TURN["metadata"].update(policy_version_start=3, policy_version=4)
     SUB["metadata"].update(policy_version_start=1, policy_version=1)  # not trained: does not count
@@ -126,7 +127,7 @@ def test_fetched_trace_leaves_its_trained_turns_versions_in_the_rollouts_record(
             t["metadata"].pop("policy_version_start"), t["metadata"].pop("policy_version")
     assert record.policy_versions == (3, 4)
     other = factory(Fake(), tmp_path).create("needle-1k-s1", seed=7, episode_id="e2")  # a plain prompt gets its own
-    assert other.record is not record and other.record.policy_versions is None
+    assert other.record is not record and other.record.policy_versions is None and other.record.episode_id == "e2"
 
 
 def test_policy_versions_span_every_turn_sent_to_answered():
