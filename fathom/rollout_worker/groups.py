@@ -30,7 +30,8 @@ two optional changes.
   returns processed logprobs (after temperature), so the latter estimates the per-token entropy of the sampling
   policy at the training temperature over every group, where TRL's `entropy` covers only the trained batch.
 
-Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
+Reward metrics are unaffected: every verified rollout is logged to `rollouts.jsonl` from its own record as soon as it
+returns (`after_rollout`), before its group is scored.
 The loop builds on `trl_compat.rollout.HarnessLoop`, TRL's loop-owning rollout loop behind public hooks; TRL
 forwards the worker's constructor keywords to the loop, which is how the two switches reach the child
 (and `cpu_cores`, the cores the child runs on, away from the trainer's).
@@ -46,6 +47,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fathom.rollout_worker.record import RolloutRecord
+from fathom.rollout_worker.rewards import RolloutLog
 from fathom.trl_compat.rollout import HarnessLoop, HarnessWorker
 
 log = logging.getLogger(__name__)
@@ -153,14 +155,15 @@ def pin_process(cores: list[int]) -> None:
 
 class FathomRolloutLoop(HarnessLoop):
     """The loop TRL's spawned child runs, with the two group switches of the module docstring (both off: TRL's own
-    behaviour)."""
+    behaviour). `rollout_log`: where each verified rollout's reward components go (None: nowhere)."""
 
     def __init__(self, *, drop_flat_groups: bool = False, balance_lengths: bool = False,
-                 cpu_cores: list[int] | None = None, **loop_kwargs: Any):
+                 cpu_cores: list[int] | None = None, rollout_log: RolloutLog | None = None, **loop_kwargs: Any):
         if cpu_cores:
             pin_process(cpu_cores)
         self.drop_flat_groups = drop_flat_groups
         self.balance_lengths = balance_lengths
+        self.rollout_log = rollout_log
         super().__init__(**loop_kwargs)
 
     def run(self) -> None:
@@ -179,6 +182,11 @@ class FathomRolloutLoop(HarnessLoop):
     def task_for(self, prompt: Any) -> RolloutRecord:
         """Each rollout's own record: the session factory takes the prompt from it and fills in the versions."""
         return RolloutRecord(prompt)
+
+    def after_rollout(self, task: Any, rollout: tuple) -> None:
+        """Log the rollout from its record, where `verify()` left the episode result."""
+        if self.rollout_log is not None and isinstance(task, RolloutRecord):
+            self.rollout_log.verified(task)
 
     def after_scoring(self, group: Any, samples: list[Any], tasks: list[Any]) -> list[Any]:
         stamp_versions(samples, tasks)

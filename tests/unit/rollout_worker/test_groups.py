@@ -11,7 +11,9 @@ from trl.experimental.async_grpo.openenv_harness import HarnessRolloutWorker, _H
 
 from fathom.rollout_worker.groups import (MIXED, POLICY_VERSION, FathomRolloutLoop, FathomRolloutWorker,
                                           episode_keys, group_metrics, is_flat, length_balance)
+from fathom.protocol import EpisodeResult
 from fathom.rollout_worker.record import RolloutRecord
+from fathom.rollout_worker.rewards import RolloutLog, read_new
 from fathom.trl_compat.rollout import ROW_TASK
 
 
@@ -150,21 +152,27 @@ def test_an_episode_without_recorded_versions_keeps_trls_stamp(monkeypatch):
     assert [r.metrics[POLICY_VERSION] for r in kept] == [5.0, 5.0]
 
 
-def test_run_session_hands_the_session_a_record_that_every_row_of_the_rollout_carries(monkeypatch):
+def test_run_session_hands_the_session_a_record_that_every_row_of_the_rollout_carries(monkeypatch, tmp_path):
     rows = [SimpleNamespace(), SimpleNamespace()]  # a conversation that forked into two training rows
     seen: list = []
 
     def parent_run(self, task, group_id=0):
-        seen.append(task)  # TRL passes it to the session factory's create(); the session fills in the versions
+        seen.append(task)  # TRL passes it to the session factory's create(); the session fills in what it read
         task.policy_versions = (2, 3)
-        return ([{"role": "assistant", "content": "x"}], [], rows, 0, 0, 1.0), {"turns": 2}
+        task.result = EpisodeResult(episode_id="e1", task_id="needle-1k-s1", status="done", reward=0.7,
+                                    metadata={"group": group_id})
+        return ([{"role": "assistant", "content": "x"}], [], rows, 0, 0, 0.7), {"turns": 2}
 
     monkeypatch.setattr(_HarnessRolloutLoop, "_run_session", parent_run)
     loop = object.__new__(FathomRolloutLoop)
-    rollout, metrics = loop._run_session("needle-1k-s1")
+    loop.rollout_log = RolloutLog(tmp_path / "rollouts.jsonl")
+    rollout, metrics = loop._run_session("needle-1k-s1", 4)
     (record,) = seen
     assert isinstance(record, RolloutRecord) and record.prompt == "needle-1k-s1"
     assert [getattr(r, ROW_TASK) for r in rollout[2]] == [record, record] and record.policy_versions == (2, 3)
+    # the rollout is logged from the result its own record holds, once TRL's rollout has returned
+    (line,), _ = read_new(tmp_path / "rollouts.jsonl", 0)
+    assert (line["episode_id"], line["reward"], line["group"], line["timed_out"]) == ("e1", 0.7, 4, False)
 
     def failed_run(self, task, group_id=0):  # a failed rollout has no rows; the next one gets a fresh record
         seen.append(task)
@@ -172,7 +180,8 @@ def test_run_session_hands_the_session_a_record_that_every_row_of_the_rollout_ca
 
     monkeypatch.setattr(_HarnessRolloutLoop, "_run_session", failed_run)
     loop._run_session("needle-1k-s1")
-    assert seen[1] is not record and seen[1].policy_versions is None
+    assert seen[1] is not record and seen[1].policy_versions is None and seen[1].result is None
+    assert len(read_new(tmp_path / "rollouts.jsonl", 0)[0]) == 1  # never verified: not logged
 
 
 def test_the_spawned_child_runs_our_loop_with_the_switches():
@@ -180,9 +189,11 @@ def test_the_spawned_child_runs_our_loop_with_the_switches():
     assert FathomRolloutWorker._loop_cls is FathomRolloutLoop
     assert issubclass(FathomRolloutWorker, HarnessRolloutWorker)
     loop = object.__new__(FathomRolloutLoop)
+    log = RolloutLog("rollouts.jsonl")
     with pytest.raises(TypeError):  # switches are consumed before TRL's constructor sees the rest
-        FathomRolloutLoop.__init__(loop, drop_flat_groups=True, balance_lengths=True, not_a_trl_keyword=1)
-    assert loop.drop_flat_groups and loop.balance_lengths
+        FathomRolloutLoop.__init__(loop, drop_flat_groups=True, balance_lengths=True, rollout_log=log,
+                                   not_a_trl_keyword=1)
+    assert loop.drop_flat_groups and loop.balance_lengths and loop.rollout_log is log
 
 
 def test_conversations_group_by_the_episode_id_in_their_record_never_by_their_completion_object(monkeypatch):
