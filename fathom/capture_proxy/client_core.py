@@ -13,6 +13,7 @@ from typing import Iterator
 
 import httpx
 
+POLICY_PATH = "/policy"
 POLICY_VERSION_PATH = "/policy/version"
 
 
@@ -88,4 +89,19 @@ def report_policy_version(http: httpx.Client, base_url: str, version: int) -> No
         raise status_error(r, base, f"reporting policy version {int(version)} to {base}{POLICY_VERSION_PATH}")
 
 
-__all__ = ["POLICY_VERSION_PATH", "ProxyCallError", "reaching", "report_policy_version", "status_error"]
+def merged_policy_version(http: httpx.Client, base_url: str) -> int:
+    """The merged-weights version the proxy at `base_url` was last told (GET /policy's `merged_version`; 0 before
+    any). Any answer but 200 with a JSON object raises a ProxyCallError."""
+    base = base_url.rstrip("/")
+    with reaching(base):
+        r = http.get(f"{base}{POLICY_PATH}")
+    if r.status_code != 200:
+        raise status_error(r, base, f"reading the policy version at {base}{POLICY_PATH}")
+    try:
+        return int(r.json().get("merged_version") or 0)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ProxyCallError("unreachable", f"capture proxy at {base} sent a malformed {POLICY_PATH} answer: {e!r}",
+                             status=r.status_code, body=r.text[:500]) from e
+
+
+__all__ = ["POLICY_PATH", "POLICY_VERSION_PATH", "merged_policy_version", "ProxyCallError", "reaching", "report_policy_version", "status_error"]

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import httpx
 
-from fathom.capture_proxy.client_core import ProxyCallError, report_policy_version
+from fathom.capture_proxy.client_core import ProxyCallError, merged_policy_version, report_policy_version
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,15 @@ class MergedSync:
             except httpx.HTTPError as e:
                 raise WeightSyncError(f"{what} failed: {e!r}") from e
 
+    def proxy_version(self, proxy_url: str | None = None) -> int:
+        """The merged version the capture proxy (`proxy_url`, else this sync's) was last told, through the proxy's
+        client; a failure is a WeightSyncError."""
+        url = (proxy_url or self.proxy_url).rstrip("/")
+        try:
+            return merged_policy_version(self.http, url)
+        except ProxyCallError as e:
+            raise WeightSyncError(f"cannot read the capture proxy's policy version at {url}: {e}") from e
+
     def report_version(self, version: int, proxy_url: str | None = None) -> None:
         """Tell the capture proxy (`proxy_url`, else this sync's) the policy version vLLM now serves, through the
         proxy's client; retried through a proxy restart like every request here, and a refusal is a
@@ -102,10 +111,7 @@ class MergedSync:
         # A resumed run may restart below the proxy's version (syncs after the last checkpoint); versions only
         # move forward there, so continue counting from the proxy's.
         if self.proxy_url and self.trainer is not None:
-            try:
-                current = int(self.http.get(f"{self.proxy_url}/policy").json().get("merged_version") or 0)
-            except (httpx.HTTPError, ValueError) as e:
-                raise WeightSyncError(f"cannot read the capture proxy's policy version at {self.proxy_url}: {e!r}")
+            current = self.proxy_version()
             if current > self.trainer.model_version:
                 log.info("proxy is at policy version %d; continuing the count from there", current)
                 self.trainer.model_version = current

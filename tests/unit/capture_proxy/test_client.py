@@ -197,3 +197,18 @@ def test_the_policy_version_report_posts_the_version_and_names_it_when_refused()
     with pytest.raises(ProxyCallError) as e:
         report_policy_version(httpx.Client(transport=httpx.MockTransport(refuse)), "http://proxy", 2)
     assert e.value.kind == "unreachable" and e.value.status is None and e.value.no_answer
+
+
+def test_the_merged_policy_version_is_read_from_get_policy_and_a_refusal_says_so():
+    from fathom.capture_proxy.client_core import merged_policy_version
+
+    def client(handler) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(handler))
+
+    assert merged_policy_version(client(answer(200, {"weight_sync": "merged", "merged_version": 7})), "http://p/") == 7
+    assert merged_policy_version(client(answer(200, {"merged_version": None})), "http://p") == 0
+    with pytest.raises(ProxyCallError, match=r"reading the policy version at http://p/policy: .*401") as e:
+        merged_policy_version(client(answer(401, {"error": {"code": "unauthorized", "message": "token"}})), "http://p")
+    assert e.value.status == 401
+    with pytest.raises(ProxyCallError, match="malformed /policy answer"):
+        merged_policy_version(client(answer(200, "not json")), "http://p")

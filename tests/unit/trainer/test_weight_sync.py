@@ -273,3 +273,13 @@ def test_a_restarted_proxy_is_told_the_last_version_through_the_proxys_client(tm
     status["code"] = 409
     with pytest.raises(ProxyCallError, match="reporting policy version 6 to http://proxy/policy/version"):
         reapply_version("http://proxy", state)(None)
+
+
+def test_a_proxy_that_refuses_the_version_read_stops_the_sync_before_it_starts(tmp_path):
+    def locked(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "missing X-Fathom-Token"}})
+
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          http=httpx.Client(transport=httpx.MockTransport(locked))).bind(Trainer())
+    with pytest.raises(WeightSyncError, match=r"policy version at http://proxy.*401.*X-Fathom-Token"):
+        sync.init_weight_transfer()
