@@ -180,7 +180,8 @@ class FathomRolloutLoop(HarnessLoop):
             self.release_queues()
 
     def task_for(self, prompt: Any) -> RolloutRecord:
-        """Each rollout's own record: the session factory takes the prompt from it and fills in the versions."""
+        """Each rollout's own record: the session factory takes the prompt from it, and the session fills in its
+        episode id, policy versions and verified result."""
         return RolloutRecord(prompt)
 
     def after_rollout(self, task: Any, rollout: tuple) -> None:
