@@ -131,11 +131,12 @@ def test_state_file_names_the_newest_weights_and_version(tmp_path):
     assert state["weights_path"] == fake.calls[-4][1]["kwargs"]["weights_path"]  # the last reload's directory
 
 
-def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path):
+@pytest.mark.parametrize("path", ["/collective_rpc", "/policy/version"])  # vLLM's reload; the proxy's client
+def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path, path):
     fake, down = FakeServers(), {"left": 3}
 
     def flaky(req: httpx.Request) -> httpx.Response:
-        if req.url.path == "/collective_rpc" and down["left"]:
+        if req.url.path == path and down["left"]:
             down["left"] -= 1
             raise httpx.ConnectError("connection refused", request=req)
         return fake(req)
@@ -148,7 +149,7 @@ def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path):
 
     down["left"] = 10**6
     sync.retry_s = 0.05
-    with pytest.raises(WeightSyncError, match="collective_rpc failed"):
+    with pytest.raises(WeightSyncError, match=f"{path} failed"):
         one_sync(sync, {"model.embed_tokens.weight": torch.randn(4, 2)})
 
 
@@ -223,20 +224,8 @@ def test_an_evaluated_stage_is_what_a_restarted_policy_server_gets_back(tmp_path
     assert posted[0]["kwargs"]["weights_path"] == reloaded
 
 
-def test_the_version_report_goes_through_the_proxys_client_retried_through_a_restart_and_refusals_stop(tmp_path):
-    fake, down = FakeServers(), {"left": 2}
-
-    def flaky(req: httpx.Request) -> httpx.Response:
-        if req.url.path == "/policy/version" and down["left"]:
-            down["left"] -= 1
-            raise httpx.ConnectError("connection refused", request=req)
-        return fake(req)
-
-    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
-                          retry_s=30, retry_poll_s=0.01,
-                          http=httpx.Client(transport=httpx.MockTransport(flaky))).bind(Trainer())
-    one_sync(sync, {"w": torch.zeros(1)})
-    assert down["left"] == 0 and fake.calls[-2] == ("proxy/policy/version", {"version": 1})
+def test_a_refused_version_report_stops_the_sync_at_once_naming_the_version(tmp_path):
+    fake = FakeServers()
 
     def refusing(req: httpx.Request) -> httpx.Response:
         if req.url.path == "/policy/version":
@@ -244,8 +233,10 @@ def test_the_version_report_goes_through_the_proxys_client_retried_through_a_res
             return httpx.Response(409, json={"error": {"code": "wrong_sync_mode", "message": "adapter sync"}})
         return fake(req)
 
-    sync.http = httpx.Client(transport=httpx.MockTransport(refusing))
-    with pytest.raises(WeightSyncError, match=r"reporting policy version 2 to http://proxy/policy/version.*409"):
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          retry_s=30, retry_poll_s=0.01,
+                          http=httpx.Client(transport=httpx.MockTransport(refusing))).bind(Trainer())
+    with pytest.raises(WeightSyncError, match=r"reporting policy version 1 to http://proxy/policy/version.*409"):
         one_sync(sync, {"w": torch.zeros(1)})
     assert [c[0] for c in fake.calls][-2:] == ["proxy/policy/version", "vllm/resume"]  # asked once, vLLM resumed
 
