@@ -8,17 +8,20 @@
 Every failure is a `ProxyCallError`: `kind` says what a caller can do about it, `status`, `code` and `detail` carry
 what the proxy answered (None when it did not answer). A session id travels as `Authorization: Bearer` and as
 `x-api-key` (a hosting proxy may strip the first); the shared token, when set, as `X-Fathom-Token`.
+
+`client_core.py` holds what needs only httpx: the error, what an answer means, and the trainer's one call
+(`report_policy_version`, POST /policy/version).
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
+from fathom.capture_proxy.client_core import ProxyCallError, reaching, status_error
 from fathom.config.security import shared_token
 from fathom.protocol import (
     HEADER_API_KEY,
@@ -33,21 +36,6 @@ from fathom.protocol import (
     SessionInfo,
     token_headers,
 )
-
-
-class ProxyCallError(Exception):
-    """A proxy request that did not produce its answer.
-
-    kind: `unreachable` (connection failure, timeout, 5xx, a malformed reply: an episode is unscorable),
-    `refused` (429, a proxy budget), `too_long` (the prompt outgrew the model's context),
-    `rejected` (any other 4xx). What the proxy answered: `status`, `code` (its error code), `detail` (its error
-    message, else the start of the body) and `body` (the start of the body); None/"" when no answer came.
-    """
-
-    def __init__(self, kind: str, message: str, *, status: int | None = None, code: str | None = None,
-                 detail: str = "", body: str = ""):
-        super().__init__(message)
-        self.kind, self.status, self.code, self.detail, self.body = kind, status, code, detail, body
 
 
 @dataclass
@@ -65,41 +53,6 @@ class ChatReply:
 
 def auth_headers(session_id: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {session_id}", HEADER_API_KEY: session_id}
-
-
-@contextmanager
-def _reaching(base_url: str) -> Iterator[None]:
-    """Turn a transport failure (no answer at all) into an `unreachable` ProxyCallError."""
-    try:
-        yield
-    except httpx.TimeoutException as e:
-        raise ProxyCallError("unreachable", f"capture proxy at {base_url} timed out: {e!r}") from e
-    except httpx.HTTPError as e:
-        raise ProxyCallError("unreachable", f"capture proxy at {base_url} unreachable: {e!r}") from e
-
-
-def _error_fields(r: httpx.Response) -> tuple[str | None, str]:
-    """The proxy's error code and message (`{"error": {"code", "message"}}`), else None and the body's start."""
-    try:
-        err = r.json().get("error") or {}
-        return err.get("code"), str(err.get("message") or r.text[:500])
-    except (ValueError, AttributeError):
-        return None, r.text[:500]
-
-
-def status_error(r: httpx.Response, base_url: str) -> ProxyCallError:
-    """The ProxyCallError for a non-success answer."""
-    body = r.text[:500]
-    code, message = _error_fields(r)
-    fields = {"status": r.status_code, "code": code, "detail": message, "body": body}
-    if r.status_code == 429:
-        return ProxyCallError("refused", f"capture proxy refused the call (budget): {body}", **fields)
-    if r.status_code >= 500:
-        return ProxyCallError("unreachable", f"capture proxy at {base_url} failed with {r.status_code}: {body}", **fields)
-    low = body.lower()
-    if r.status_code == 400 and ("context length" in low or "maximum" in low or "too long" in low):
-        return ProxyCallError("too_long", f"the prompt no longer fits the model's context: {body}", **fields)
-    return ProxyCallError("rejected", f"capture proxy rejected the call with {r.status_code}: {body}", **fields)
 
 
 def _checked(r: httpx.Response, base_url: str) -> httpx.Response:
@@ -134,20 +87,20 @@ class ProxyClient:
 
     def health(self, timeout_s: float = 10.0) -> None:
         """Return when the proxy answers `/healthz` with success; raise ProxyCallError otherwise."""
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             _checked(self.http.get("/healthz", timeout=timeout_s), self.base_url)
 
     def open_session(self, create: SessionCreate) -> SessionInfo:
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             return _session_info(self.http.post("/sessions", json=create.model_dump(mode="json")), self.base_url)
 
     def session_info(self, session_id: str) -> SessionInfo:
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             return _session_info(self.http.get(f"/sessions/{session_id}"), self.base_url)
 
     def close_session(self, session_id: str) -> None:
         """Close a session. Only a transport failure raises: an answer (even 404, already closed) means it is gone."""
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             self.http.delete(f"/sessions/{session_id}")
 
     def trace(self, session_id: str) -> Any:
@@ -155,7 +108,7 @@ class ProxyClient:
         (`invalid_capture`: a turn failed validation)."""
         from openenv.core.harness import TrainingTrace  # OpenEnv pulls in gradio: only the trace readers pay for it
 
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             r = self.http.get(f"/sessions/{session_id}/trace")
         if r.status_code != 200:
             raise status_error(r, self.base_url)
@@ -195,7 +148,7 @@ class ProxySession:
     async def _post(self, path: str, body: dict[str, Any], headers: dict[str, str],
                     timeout_s: float | None) -> tuple[dict[str, Any], str | None, float]:
         t0 = time.perf_counter()
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             r = await self.http.post(f"{self.base_url}{path}", json=body, headers=headers,
                                      timeout=min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s)
         latency = (time.perf_counter() - t0) * 1000
@@ -261,7 +214,7 @@ class ProxySession:
         return self._cap
 
     async def session_info(self) -> SessionInfo:
-        with _reaching(self.base_url):
+        with reaching(self.base_url):
             r = await self.http.get(f"{self.base_url}/sessions/{self.session_id}", timeout=self.timeout_s)
         return _session_info(r, self.base_url)
 
@@ -270,6 +223,6 @@ class ProxySession:
                    timeout_s: float) -> "ProxySession":
         """Open a new capture session (used when an episode request names none)."""
         base = base_url.rstrip("/")
-        with _reaching(base):
+        with reaching(base):
             r = await http.post(f"{base}/sessions", json=create.model_dump(mode="json"), timeout=timeout_s)
         return cls(http, base, _session_info(r, base).session_id, timeout_s)

@@ -9,6 +9,8 @@ two optional changes.
   rollout carries the record to scoring. Each sample then carries `sample/policy_version` (NaN when mixed), which
   the trainer turns into a per-token tensor (`trainer/grpo.py`): it never counts a mixed sample on-policy, and TRL's
   staleness is measured from the sample's oldest tokens.
+- Episodes: the record also carries its episode id (written when the session is created), and that id is what
+  groups one conversation's training rows (several when it forked) in the metrics and `balance_lengths` below.
 
 - `drop_flat_groups`: a group whose rewards are all equal (all right, all wrong, or all unscorable) gets
   advantage 0 on every sample. TRL still queues those samples: the trainer spends a full forward and backward on
@@ -28,7 +30,8 @@ two optional changes.
   returns processed logprobs (after temperature), so the latter estimates the per-token entropy of the sampling
   policy at the training temperature over every group, where TRL's `entropy` covers only the trained batch.
 
-Reward metrics are unaffected: every rollout is logged to `rollouts.jsonl` by `EnvReward` before scoring.
+Reward metrics are unaffected: every verified rollout is logged to `rollouts.jsonl` from its own record as soon as it
+returns (`after_rollout`), before its group is scored.
 The loop builds on `trl_compat.rollout.HarnessLoop`, TRL's loop-owning rollout loop behind public hooks; TRL
 forwards the worker's constructor keywords to the loop, which is how the two switches reach the child
 (and `cpu_cores`, the cores the child runs on, away from the trainer's).
@@ -44,6 +47,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fathom.rollout_worker.record import RolloutRecord
+from fathom.rollout_worker.rewards import RolloutLog
 from fathom.trl_compat.rollout import HarnessLoop, HarnessWorker
 
 log = logging.getLogger(__name__)
@@ -74,16 +78,30 @@ def is_flat(advantages: list[float]) -> bool:
     return all(a == 0.0 for a in advantages)
 
 
-def group_metrics(samples: Sequence[Any]) -> dict[str, Any]:
-    """The group's reward spread and sampled-token NLL (module docstring). Rows of one conversation share its
-    reward, so the spread is over conversations; NaN rewards are unscorable and left out. The NLL is a
-    (sum, tokens) pair, which TRL's logger reduces as a rate over the logging window."""
-    rewards: dict[int, float] = {}
+def episode_keys(records: Sequence[Any]) -> list[str]:
+    """The episode each sample came from, by the id its rollout's record carries: the key that groups one
+    conversation's training rows (a forked conversation makes several). The session writes the id into the record
+    when it is created (`session.py`), and every training row of the rollout carries the record."""
+    keys = []
+    for record in records:
+        if not isinstance(record, RolloutRecord) or record.episode_id is None:
+            raise RuntimeError(f"a scored sample carries {record!r}, not the RolloutRecord of an episode: every "
+                               "training row must carry its rollout's record (FathomRolloutLoop.task_for)")
+        keys.append(record.episode_id)
+    return keys
+
+
+def group_metrics(samples: Sequence[Any], keys: Sequence[str]) -> dict[str, Any]:
+    """The group's reward spread and sampled-token NLL (module docstring). Rows of one conversation (one key of
+    `keys`, each sample's episode) share its reward, so the spread is over conversations; NaN rewards are
+    unscorable and left out. The NLL is a (sum, tokens) pair, which TRL's logger reduces as a rate over the
+    logging window."""
+    rewards: dict[str, float] = {}
     nll, tokens = 0.0, 0
-    for s in samples:
+    for s, key in zip(samples, keys, strict=True):
         r = s.metrics.get("reward")
         if r is not None and not math.isnan(r):
-            rewards[id(s.completion)] = float(r)
+            rewards[key] = float(r)
         for m, lp in zip(s.completion_mask, s.old_log_probs):
             if m:
                 nll -= lp
@@ -98,22 +116,22 @@ def group_metrics(samples: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
-def length_balance(samples: Sequence[Any]) -> float:
+def length_balance(samples: Sequence[Any], keys: Sequence[str]) -> float:
     """Scale each episode's advantage in place by mean(trained tokens per episode) / its own trained tokens.
 
-    An episode is a conversation: TRL gives every training row of one conversation the same `completion` object,
-    so rows are grouped by it and a forked conversation counts its rows' tokens together. Episodes with no trained
-    token are left alone. Returns the largest factor applied (1.0 when nothing changed)."""
-    tokens: dict[int, int] = {}
-    for s in samples:
-        tokens[id(s.completion)] = tokens.get(id(s.completion), 0) + sum(s.completion_mask)
+    `keys` names each sample's episode (`episode_keys`): a conversation that forked into several training rows
+    counts their tokens together. Episodes with no trained token are left alone. Returns the largest factor
+    applied (1.0 when nothing changed)."""
+    tokens: dict[str, int] = {}
+    for s, key in zip(samples, keys, strict=True):
+        tokens[key] = tokens.get(key, 0) + sum(s.completion_mask)
     counted = [n for n in tokens.values() if n > 0]
     if len(counted) < 2:
         return 1.0
     mean = sum(counted) / len(counted)
     largest = 1.0
-    for s in samples:
-        n = tokens[id(s.completion)]
+    for s, key in zip(samples, keys, strict=True):
+        n = tokens[key]
         if n > 0:
             factor = mean / n
             s.advantage *= factor
@@ -137,14 +155,15 @@ def pin_process(cores: list[int]) -> None:
 
 class FathomRolloutLoop(HarnessLoop):
     """The loop TRL's spawned child runs, with the two group switches of the module docstring (both off: TRL's own
-    behaviour)."""
+    behaviour). `rollout_log`: where each verified rollout's reward components go (None: nowhere)."""
 
     def __init__(self, *, drop_flat_groups: bool = False, balance_lengths: bool = False,
-                 cpu_cores: list[int] | None = None, **loop_kwargs: Any):
+                 cpu_cores: list[int] | None = None, rollout_log: RolloutLog | None = None, **loop_kwargs: Any):
         if cpu_cores:
             pin_process(cpu_cores)
         self.drop_flat_groups = drop_flat_groups
         self.balance_lengths = balance_lengths
+        self.rollout_log = rollout_log
         super().__init__(**loop_kwargs)
 
     def run(self) -> None:
@@ -161,18 +180,25 @@ class FathomRolloutLoop(HarnessLoop):
             self.release_queues()
 
     def task_for(self, prompt: Any) -> RolloutRecord:
-        """Each rollout's own record: the session factory takes the prompt from it and fills in the versions."""
+        """Each rollout's own record: the session factory takes the prompt from it, and the session fills in its
+        episode id, policy versions and verified result."""
         return RolloutRecord(prompt)
+
+    def after_rollout(self, task: Any, rollout: tuple) -> None:
+        """Log the rollout from its record, where `verify()` left the episode result."""
+        if self.rollout_log is not None and isinstance(task, RolloutRecord):
+            self.rollout_log.verified(task)
 
     def after_scoring(self, group: Any, samples: list[Any], tasks: list[Any]) -> list[Any]:
         stamp_versions(samples, tasks)
+        keys = episode_keys(tasks)
         flat = is_flat([s.advantage for s in samples])
-        self.push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0), **group_metrics(samples)})
+        self.push_metrics({"rollout/flat_group_frac": (1.0 if flat else 0.0, 1.0), **group_metrics(samples, keys)})
         if flat and self.drop_flat_groups:
             log.info("dropping flat group %s (%d samples, all advantages 0)", group.group_id, len(samples))
             return []
         if self.balance_lengths and not flat:
-            self.push_metrics({"rollout/length_balance_max_scale": length_balance(samples)})
+            self.push_metrics({"rollout/length_balance_max_scale": length_balance(samples, keys)})
         return samples
 
 

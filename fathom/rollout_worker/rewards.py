@@ -1,9 +1,12 @@
-"""TRL's rollout reward function: forward the env server's reward, log every component.
+"""TRL's rollout reward function, and the log of every rollout's reward components.
 
-TRL calls it in the spawned rollout child, right after `verify()` on the same thread, with an outcome that
-holds only the total. The components come from the episode result `verify()` read; each rollout becomes
-one line of `rollouts.jsonl` in the run directory, which the trainer's metrics callback folds into
-`metrics.jsonl` per step (the child has no other channel to the trainer's log).
+- `rollout_reward` is the reward function TRL calls in the spawned rollout child: it forwards the env server's
+  reward unchanged (None stays None).
+- `RolloutLog`: each rollout becomes one line of `rollouts.jsonl` in the run directory, which the trainer's metrics
+  callback folds into `metrics.jsonl` per step (the child has no other channel to the trainer's log). TRL hands
+  its reward function an outcome that holds only the total; the components come from the episode result that
+  `verify()` wrote into the rollout's own record (`record.py`), which the loop logs once the rollout returns
+  (`groups.FathomRolloutLoop.after_rollout`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fathom.rollout_worker.session import episode_metrics, last_verified
+from fathom.rollout_worker.record import RolloutRecord
+from fathom.rollout_worker.session import env_reward, episode_metrics
 
 _lock = threading.Lock()
 
@@ -36,22 +40,23 @@ class RolloutLog:
         self.write({"episode_id": episode_id, "task_id": task_id, "group": group, "unscorable": True,
                     "status": "error", "error": error[:500], "reward": None})
 
+    def verified(self, record: RolloutRecord) -> None:
+        """A verified rollout, from its own record: its reward and every component, turns, sub-calls, stop reason.
+        A rollout that failed before `verify()` has no result and writes nothing here."""
+        res = record.result
+        if res is None:
+            return
+        self.write({"episode_id": res.episode_id, "task_id": res.task_id, "session_id": res.session_id,
+                    "group": res.metadata.get("group"), "reward": env_reward(res), "timed_out": record.timed_out,
+                    "error": res.error, **episode_metrics(res)})
 
-class EnvReward:
-    """`rollout_reward_fn` for TRL: returns `outcome.env_reward` unchanged (None stays None) and logs components."""
 
-    __name__ = "env_reward"
+def rollout_reward(outcome: Any) -> float | None:
+    """`rollout_reward_fn` for TRL: the env server's reward as `verify()` returned it (None stays None).
 
-    def __init__(self, log: RolloutLog | None):
-        self.log = log
-
-    def __call__(self, outcome: Any) -> float | None:
-        res = last_verified()
-        if self.log is not None and res is not None:
-            self.log.write({"episode_id": res.episode_id, "task_id": res.task_id, "session_id": res.session_id,
-                            "group": res.metadata.get("group"), "reward": outcome.env_reward,
-                            "timed_out": bool(outcome.timed_out), "error": res.error, **episode_metrics(res)})
-        return outcome.env_reward
+    TRL would use that reward without a function too, but it logs `rollout/correctness_mean` only when one is
+    given."""
+    return outcome.env_reward
 
 
 def read_new(path: str | Path, offset: int) -> tuple[list[dict[str, Any]], int]:

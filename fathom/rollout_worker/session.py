@@ -25,11 +25,6 @@ from fathom.rollout_worker.record import RolloutRecord
 
 log = logging.getLogger(__name__)
 
-# verify() and TRL's rollout reward function run back to back on the same pool thread (TRL's `_run_session`); this
-# hands the episode result on.
-_this_rollout = threading.local()
-
-
 class InvalidCaptureError(ValueError):
     """The proxy refused the trace because a turn failed validation. A ValueError on purpose: TRL turns it into
     a CaptureContractError, which stops training instead of scoring the rollout."""
@@ -49,9 +44,9 @@ def task_id_of(task: Any) -> str:
                      "[{'role': 'user', 'content': TASK_ID}] (see fathom.trainer.dataset)")
 
 
-def last_verified() -> EpisodeResult | None:
-    """The episode result the last verify() on this thread returned a reward for."""
-    return getattr(_this_rollout, "result", None)
+def env_reward(res: EpisodeResult) -> float | None:
+    """The reward the env server computed for the episode; None when it is unscorable (never 0)."""
+    return float(res.reward) if res.status == "done" and res.reward is not None else None
 
 
 def policy_versions(turns: list[Any]) -> tuple[int, int] | None:
@@ -79,7 +74,9 @@ class FathomSession(ResourceSession):
         self.factory, self.session_id, self.episode_id, self.task_id = factory, session_id, episode_id, task_id
         self.policy_version = policy_version
         self.record = record if record is not None else RolloutRecord(task_id)
-        """The rollout's own record: the trace's policy versions go there for the loop (`groups.py`)."""
+        """The rollout's own record: its episode id, the trace's policy versions and the verified result go there
+        for the loop (`groups.py`)."""
+        self.record.episode_id = episode_id
         self.result: EpisodeResult | None = None
         self.closed = False
         self.env_index = 0
@@ -125,6 +122,7 @@ class FathomSession(ResourceSession):
         if res.status in ("done", "error"):
             self._finished()
         else:
+            self.record.timed_out = True
             raise TimeoutError(f"episode {self.episode_id} still {res.status} after {timeout:g} s")
         return 0 if res.status == "done" else 1
 
@@ -149,10 +147,8 @@ class FathomSession(ResourceSession):
         if res is None or res.status not in ("done", "error"):
             res = self.env.get(self.episode_id)
             self.result = res
-        _this_rollout.result = res
-        scorable = res.status == "done" and res.reward is not None
-        metrics = episode_metrics(res)
-        return VerifyResult(env_reward=float(res.reward) if scorable else None, done=True, metrics=metrics,
+        self.record.result = res
+        return VerifyResult(env_reward=env_reward(res), done=True, metrics=episode_metrics(res),
                             artifacts={"episode_id": res.episode_id, "session_id": self.session_id})
 
     def close(self) -> None:
@@ -275,4 +271,4 @@ def _answered(request: str, e: ProxyCallError) -> str:
 
 
 __all__ = ["FathomSession", "FathomSessionFactory", "InvalidCaptureError", "RolloutError", "episode_metrics",
-           "last_verified", "task_id_of"]
+           "env_reward", "task_id_of"]

@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from fathom.rollout_worker.rewards import EnvReward, RolloutLog
+from fathom.rollout_worker.rewards import RolloutLog, rollout_reward
 from fathom.rollout_worker.session import FathomSessionFactory
 
 
@@ -31,13 +31,14 @@ def build_worker(*, model_name: str, dataset: Any, tokenizer: Any, eos_token_ids
         drop_flat_groups=drop_flat_groups,
         balance_lengths=balance_lengths,
         cpu_cores=cpu_cores,
+        rollout_log=log,
         model_name=model_name,
         dataset=dataset,
         reward_funcs=[],
         processing_class=tokenizer,
         eos_token_ids=eos_token_ids,
         harness_session_factory=factory,
-        rollout_reward_fn=EnvReward(log),
+        rollout_reward_fn=rollout_reward,
         num_generations=num_generations,
         max_inflight_tasks=max_inflight,
         queue_maxsize=1024,

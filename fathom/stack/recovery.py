@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import httpx
 
+from fathom.capture_proxy.client_core import report_policy_version
 from fathom.stack.supervisor import Child
 from fathom.protocol import token_headers
 
@@ -48,11 +49,8 @@ def reapply_version(proxy_url: str, state_path: Path, token: str | None = None) 
     def hook(_child: Child) -> None:
         state = read_state(state_path)
         if state and state.get("version"):
-            r = httpx.post(f"{proxy_url}/policy/version", json={"version": int(state["version"])}, timeout=30,
-                           headers=token_headers(token))
-            if r.status_code != 200:
-                raise RuntimeError(f"reporting policy version {state['version']} answered HTTP {r.status_code}: "
-                                   f"{r.text[:300]}")
+            with httpx.Client(timeout=30, headers=token_headers(token)) as http:
+                report_policy_version(http, proxy_url, int(state["version"]))
     return hook
 
 

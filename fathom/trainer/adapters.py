@@ -88,11 +88,11 @@ def serve_merged(model_dir: str | Path, adapter: str | None, *, vllm_url: str, p
     sync = DiskMergedSync(directory=directory, vllm_url=vllm_url, proxy_url=None, timeout_s=timeout_s,
                           state_path=state_path, http=http)
     try:
-        version = int(sync.http.get(f"{proxy_url.rstrip('/')}/policy").json().get("merged_version") or 0) + 1
+        version = sync.proxy_version(proxy_url) + 1
         sync.pause()
         sync.send_weights(merged_tensors(model_dir, adapter))
         sync.resume()
-        sync._post(f"{proxy_url.rstrip('/')}/policy/version", json={"version": version})
+        sync.report_version(version, proxy_url)
         sync._record(version=version)
     finally:
         sync.destroy()

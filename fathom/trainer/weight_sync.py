@@ -29,10 +29,11 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
+from fathom.capture_proxy.client_core import ProxyCallError, merged_policy_version, report_policy_version
 
 log = logging.getLogger(__name__)
 
@@ -68,32 +69,49 @@ class MergedSync:
         return self
 
     def _post(self, url: str, **kw: Any) -> httpx.Response:
+        r = self._retrying(f"POST {url}", lambda: self.http.post(url, **kw))
+        if r.status_code != 200:
+            raise WeightSyncError(f"POST {url} answered {r.status_code}: {r.text[:500]}")
+        return r
+
+    def _retrying(self, what: str, send: Callable[[], Any]) -> Any:
         # A transport error is a server dying or restarting under supervision: every request here is idempotent
         # (pause, reload a directory, reset, resume, report a version), so retry until `retry_s` is spent.
         deadline = time.monotonic() + self.retry_s
         while True:
             try:
-                r = self.http.post(url, **kw)
-                break
-            except httpx.TransportError as e:
+                return send()
+            except (httpx.TransportError, ProxyCallError) as e:
+                if isinstance(e, ProxyCallError) and not e.no_answer:
+                    raise WeightSyncError(str(e)) from e
                 if time.monotonic() >= deadline:
-                    raise WeightSyncError(f"POST {url} failed: {e!r}") from e
-                log.warning("POST %s failed (%r); retrying while the server restarts", url, e)
+                    raise WeightSyncError(f"{what} failed: {e!r}") from e
+                log.warning("%s failed (%r); retrying while the server restarts", what, e)
                 time.sleep(self.retry_poll_s)
             except httpx.HTTPError as e:
-                raise WeightSyncError(f"POST {url} failed: {e!r}") from e
-        if r.status_code != 200:
-            raise WeightSyncError(f"POST {url} answered {r.status_code}: {r.text[:500]}")
-        return r
+                raise WeightSyncError(f"{what} failed: {e!r}") from e
+
+    def proxy_version(self, proxy_url: str | None = None) -> int:
+        """The merged version the capture proxy (`proxy_url`, else this sync's) was last told, through the proxy's
+        client; a failure is a WeightSyncError."""
+        url = (proxy_url or self.proxy_url).rstrip("/")
+        try:
+            return merged_policy_version(self.http, url)
+        except ProxyCallError as e:
+            raise WeightSyncError(f"cannot read the capture proxy's policy version at {url}: {e}") from e
+
+    def report_version(self, version: int, proxy_url: str | None = None) -> None:
+        """Tell the capture proxy (`proxy_url`, else this sync's) the policy version vLLM now serves, through the
+        proxy's client; retried through a proxy restart like every request here, and a refusal is a
+        WeightSyncError."""
+        url = (proxy_url or self.proxy_url).rstrip("/")
+        self._retrying(f"POST {url}/policy/version", lambda: report_policy_version(self.http, url, version))
 
     def init_weight_transfer(self) -> None:
         # A resumed run may restart below the proxy's version (syncs after the last checkpoint); versions only
         # move forward there, so continue counting from the proxy's.
         if self.proxy_url and self.trainer is not None:
-            try:
-                current = int(self.http.get(f"{self.proxy_url}/policy").json().get("merged_version") or 0)
-            except (httpx.HTTPError, ValueError) as e:
-                raise WeightSyncError(f"cannot read the capture proxy's policy version at {self.proxy_url}: {e!r}")
+            current = self.proxy_version()
             if current > self.trainer.model_version:
                 log.info("proxy is at policy version %d; continuing the count from there", current)
                 self.trainer.model_version = current
@@ -145,7 +163,7 @@ class MergedSync:
         # (`policy_version_start` < `policy_version`), so the trainer never counts old-weight tokens on-policy.
         if self.proxy_url:
             version = (self.trainer.model_version if self.trainer is not None else len(self.sync_seconds)) + 1
-            self._post(f"{self.proxy_url}/policy/version", json={"version": version})
+            self.report_version(version)
             self._record(version=version)
 
     def _metric(self, key: str, value: float) -> None:

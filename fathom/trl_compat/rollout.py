@@ -4,6 +4,9 @@
 turned into hooks a subclass fills in:
 - `task_for(prompt)`: what `_run_session` hands the session factory's `create` as its task. TRL passes the dataset
   prompt through untouched, so the task may be a per-rollout record that holds the prompt; the session fills it in.
+- `after_rollout(task, rollout)`: on the rollout's pool thread once TRL's rollout has returned (the session verified
+  and closed), with the task the session was created with and TRL's rollout tuple. TRL's rollout reward function
+  sees only the outcome's total, so what the session read (the episode result) travels in the task.
 - `after_scoring(group, samples, records)`: the group's scored samples, each beside the task of the rollout it came
   from (every training row of a rollout carries its task). Whatever it returns is queued for the trainer.
 - `push_metrics(values)` and `release_queues()` for what the loop logs and how it lets go of its queues.
@@ -27,6 +30,9 @@ ROLLOUT_ROWS = 2
 """Where the training rows sit in the rollout tuple `_run_session` returns: (completion, completion ids, rows,
 tool calls, tool failures, reward)."""
 
+ROLLOUT_REWARD = 5
+"""Where the rollout's reward (what the rollout reward function returned; None when unscorable) sits in it."""
+
 
 def chain_trace(trace: Any, rollout_id: Any, fork_threshold: int) -> tuple[list[Any], dict[str, float]]:
     """TRL's own chaining of an OpenEnv `TrainingTrace` into training rows, as GRPO does it: (rows, drift tally).
@@ -40,6 +46,9 @@ class HarnessLoop(_HarnessRolloutLoop):
 
     def task_for(self, prompt: Any) -> Any:
         return prompt
+
+    def after_rollout(self, task: Any, rollout: tuple) -> None:
+        return None
 
     def after_scoring(self, group: Any, samples: list[Any], tasks: list[Any]) -> list[Any]:
         return samples
@@ -58,6 +67,7 @@ class HarnessLoop(_HarnessRolloutLoop):
         rollout, metrics = super()._run_session(task, group_id)
         for row in rollout[ROLLOUT_ROWS]:
             setattr(row, ROW_TASK, task)
+        self.after_rollout(task, rollout)
         return rollout, metrics
 
     async def _score_group(self, group):  # TRL's RolloutGroup
@@ -90,4 +100,4 @@ class HarnessWorker(HarnessRolloutWorker):
         return self._process
 
 
-__all__ = ["ROW_TASK", "HarnessLoop", "HarnessWorker", "chain_trace", "tasks_of"]
+__all__ = ["ROLLOUT_REWARD", "ROLLOUT_ROWS", "ROW_TASK", "HarnessLoop", "HarnessWorker", "chain_trace", "tasks_of"]

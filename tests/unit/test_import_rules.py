@@ -21,15 +21,18 @@ ALLOWED: dict[str, set[str]] = {
     "env_server": {"capture_proxy.client", "tasks", "protocol", "config"},
     "rollout_worker": {"capture_proxy.client", "env_server.client", "env_server.models", "tasks", "protocol", "config",
                        "trl_compat"},
-    "trainer": {"rollout_worker", "tasks.record", "protocol", "config", "trl_compat"},
+    # The merged weight sync reports each policy version to the proxy through the proxy's client, by its httpx-only
+    # core (the sync also runs where pydantic is not installed, and `capture_proxy.client` needs it).
+    "trainer": {"rollout_worker", "capture_proxy.client_core", "tasks.record", "protocol", "config", "trl_compat"},
     "eval": {"rollout_worker", "capture_proxy.client", "env_server.client", "env_server.models", "policy_server.client",
              "tasks", "protocol", "config"},
     # The page's backend runs episodes in this process: its own capture proxy and env-server runtime.
     "ui": {"policy_server.served", "env_server.server", "stack.inproc", "tasks", "protocol", "config"},
     # Supervised server stacks and the main job's plan: the plan checks the split, the SFT phrasings and the
-    # anchor rows before any server starts; the SFT teacher's recordings run a proxy and the teacher in-process.
+    # anchor rows before any server starts; the SFT teacher's recordings run a proxy and the teacher in-process;
+    # recovery reports the last policy version to a restarted proxy through the proxy's client.
     "stack": {"policy_server.launch", "policy_server.served", "trainer.anchor", "trainer.sft_record",
-              "capture_proxy.app", "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol",
+              "capture_proxy.app", "capture_proxy.client_core", "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol",
               "config"},
     "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env", "config"},
 }
@@ -41,7 +44,10 @@ def _package_of(path: Path, root: Path) -> str:
 
 
 # A client module and the package modules it must never reach: what it imports travels into other processes.
-CLIENT_SIDES = {"env_server.client": "fathom.env_server.server", "capture_proxy.client": "fathom.capture_proxy"}
+# A client may import its package's other client modules (`capture_proxy.client` builds on `client_core`).
+CLIENT_SIDES = {"env_server.client": "fathom.env_server.server", "capture_proxy.client": "fathom.capture_proxy",
+                "capture_proxy.client_core": "fathom.capture_proxy"}
+CLIENT_MODULES = {f"fathom.{client}" for client in CLIENT_SIDES}
 
 
 def _fathom_imports(path: Path, module_level: bool = False) -> list[tuple[int, str]]:
@@ -61,7 +67,7 @@ def _allowed(pkg: str, target: str, rel_module: str) -> bool:
     if not parts or parts[0] == pkg:
         # Inside its package, a client must not reach into the server side.
         return not any(rel_module.startswith(client) and (target == server or target.startswith(server + "."))
-                       and target != f"fathom.{client}" for client, server in CLIENT_SIDES.items())
+                       and target not in CLIENT_MODULES for client, server in CLIENT_SIDES.items())
     dotted = ".".join(parts)
     return any(dotted == a or dotted.startswith(a + ".") for a in ALLOWED[pkg])
 
@@ -83,10 +89,10 @@ def _package_init_violations(root: Path = PKG) -> list[str]:
     """A client's package `__init__` runs whenever the client is imported: it must load no module of its package
     at import time (so importing the proxy's client does not start loading the proxy's server)."""
     bad = []
-    for client in CLIENT_SIDES:
-        init = root / client.split(".")[0] / "__init__.py"
+    for package in sorted({client.split(".")[0] for client in CLIENT_SIDES}):
+        init = root / package / "__init__.py"
         if init.exists():
-            pkg = f"fathom.{client.split('.')[0]}."
+            pkg = f"fathom.{package}."
             bad += [f"{init.relative_to(root.parent)}:{n}: imports {t} at import time"
                     for n, t in _fathom_imports(init, module_level=True) if t.startswith(pkg)]
     return bad
@@ -124,6 +130,20 @@ def test_the_proxy_client_is_the_only_part_of_the_proxy_its_users_may_import(tmp
         + [f"{tmp_path.name}/capture_proxy/client.py:1: capture_proxy imports fathom.capture_proxy"]), got
     assert _package_init_violations(tmp_path) == [
         f"{tmp_path.name}/capture_proxy/__init__.py:1: imports fathom.capture_proxy.app at import time"]
+
+def test_the_trainer_reaches_the_proxy_only_through_the_clients_httpx_core(tmp_path):
+    # What the core imports, the trainer's weight sync imports on machines without pydantic (the GPU device check).
+    tree = ast.parse((PKG / "capture_proxy" / "client_core.py").read_text())
+    imported = {a.name.split(".")[0] for n in tree.body if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"__future__", "contextlib", "typing", "httpx"}, imported
+    for pkg in ("trainer", "stack"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "ok.py").write_text("from fathom.capture_proxy.client_core import report_policy_version\n")
+        (tmp_path / pkg / "bad.py").write_text("from fathom.capture_proxy.client import ProxyClient\n")
+    assert sorted(violations(tmp_path)) == [f"{tmp_path.name}/{p}/bad.py:1: {p} imports fathom.capture_proxy.client"
+                                            for p in ("stack", "trainer")]
+
 
 # Commands are thin: they may import every fathom package, but no package imports a command, and a command
 # imports no other command. cli.py (the command table) and common.py (CLI option helpers) are not commands.

@@ -170,3 +170,45 @@ def test_open_starts_a_session_bound_to_its_id():
     http = httpx.AsyncClient(transport=httpx.MockTransport(answer(201, INFO)))
     s = run(ProxySession.open(http, "http://proxy/", SessionCreate(trainable=False), 30))
     assert (s.session_id, s.base_url) == ("s1", "http://proxy")
+
+
+def test_the_policy_version_report_posts_the_version_and_names_it_when_refused():
+    from fathom.capture_proxy.client_core import report_policy_version
+
+    seen: list[httpx.Request] = []
+
+    def handle(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return httpx.Response(200, json={"merged_version": 5})
+
+    http = httpx.Client(headers={"X-Fathom-Token": "tok"}, transport=httpx.MockTransport(handle))
+    report_policy_version(http, "http://proxy/", 5)
+    (req,) = seen
+    assert (req.method, str(req.url), req.headers["X-Fathom-Token"]) == ("POST", "http://proxy/policy/version", "tok")
+    assert json.loads(req.content) == {"version": 5}
+
+    refused = {"error": {"code": "version_regressed", "message": "policy version 2 is older than the reported 3; versions only move forward"}}
+    http = httpx.Client(transport=httpx.MockTransport(answer(409, refused)))
+    with pytest.raises(ProxyCallError, match=r"reporting policy version 2 to http://proxy/policy/version: .*409") as e:
+        report_policy_version(http, "http://proxy", 2)
+    assert (e.value.kind, e.value.status, e.value.code, e.value.no_answer) == ("rejected", 409, "version_regressed", False)
+    assert "older than the reported 3" in e.value.detail
+
+    with pytest.raises(ProxyCallError) as e:
+        report_policy_version(httpx.Client(transport=httpx.MockTransport(refuse)), "http://proxy", 2)
+    assert e.value.kind == "unreachable" and e.value.status is None and e.value.no_answer
+
+
+def test_the_merged_policy_version_is_read_from_get_policy_and_a_refusal_says_so():
+    from fathom.capture_proxy.client_core import merged_policy_version
+
+    def client(handler) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(handler))
+
+    assert merged_policy_version(client(answer(200, {"weight_sync": "merged", "merged_version": 7})), "http://p/") == 7
+    assert merged_policy_version(client(answer(200, {"merged_version": None})), "http://p") == 0
+    with pytest.raises(ProxyCallError, match=r"reading the policy version at http://p/policy: .*401") as e:
+        merged_policy_version(client(answer(401, {"error": {"code": "unauthorized", "message": "token"}})), "http://p")
+    assert e.value.status == 401
+    with pytest.raises(ProxyCallError, match="malformed /policy answer"):
+        merged_policy_version(client(answer(200, "not json")), "http://p")

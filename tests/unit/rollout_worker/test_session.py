@@ -8,9 +8,9 @@ import httpx
 import pytest
 
 from fathom.rollout_worker.record import RolloutRecord
-from fathom.rollout_worker.rewards import EnvReward, RolloutLog, by_family, read_new, summarize
-from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError, last_verified,
-                                           policy_versions, task_id_of)
+from fathom.rollout_worker.rewards import RolloutLog, by_family, read_new, rollout_reward, summarize
+from fathom.rollout_worker.session import (FathomSessionFactory, InvalidCaptureError, RolloutError, policy_versions,
+                                           task_id_of)
 
 TURN = {"node_id": "c1", "prompt_token_ids": [1, 2], "completion_token_ids": [3, 4], "per_token_logps": [-0.1, -0.2],
         "loss_mask": [0, 0, 1, 1], "metadata": {"trainable": True, "role": "root"}}
@@ -84,7 +84,7 @@ def test_verify_forwards_the_env_servers_reward_and_the_trace_keeps_trainable_tu
     assert [t.node_id for t in trace.turns] == ["c1"]  # the zero-masked sub-call would fork TRL's chaining
     v = s.verify([])
     assert v.env_reward == 0.9 and v.metrics["reward/correctness"] == 1.0 and v.metrics["subcalls"] == 1
-    assert last_verified().episode_id == "e1"
+    assert s.record.result.episode_id == "e1" and s.record.result.reward == 0.9  # the rollout's own record
     s.close()
     s.close()
     assert s.factory.proxy  # closing twice is harmless
@@ -116,6 +116,7 @@ def test_fetched_trace_leaves_its_trained_turns_versions_in_the_rollouts_record(
     record = RolloutRecord([{"role": "user", "content": "needle-1k-s1"}])  # what the rollout loop passes as the task
     s = factory(fake, tmp_path).create(record, seed=7, episode_id="e1")
     assert s.task_id == "needle-1k-s1" and s.record is record and record.policy_versions is None
+    assert record.episode_id == "e1"  # the key the loop groups the rollout's training rows by
     assert fake.started[0]["task_id"] == "needle-1k-s1"
     TURN["metadata"].update(policy_version_start=3, policy_version=4)
     SUB["metadata"].update(policy_version_start=1, policy_version=1)  # not trained: does not count
@@ -126,7 +127,7 @@ def test_fetched_trace_leaves_its_trained_turns_versions_in_the_rollouts_record(
             t["metadata"].pop("policy_version_start"), t["metadata"].pop("policy_version")
     assert record.policy_versions == (3, 4)
     other = factory(Fake(), tmp_path).create("needle-1k-s1", seed=7, episode_id="e2")  # a plain prompt gets its own
-    assert other.record is not record and other.record.policy_versions is None
+    assert other.record is not record and other.record.policy_versions is None and other.record.episode_id == "e2"
 
 
 def test_policy_versions_span_every_turn_sent_to_answered():
@@ -167,21 +168,40 @@ def test_refused_episode_closes_the_session_and_is_logged_unscorable(tmp_path):
     assert rec["unscorable"] and rec["reward"] is None and rec["task_id"] == "nosuch-1k-s1"
 
 
-def test_reward_function_returns_env_reward_and_logs_components(tmp_path):
-    s = factory(Fake(), tmp_path).create("needle-1k-s1", seed=7, episode_id="e1")
-    s.wait_for_completion()
-    v = s.verify([])
+def test_each_rollout_is_logged_from_its_own_record_and_the_reward_function_forwards_the_total(tmp_path):
+    # Two rollouts verified one after the other on one thread: each log line comes from its own record, so the
+    # first is logged with its own reward, not the one verified last.
+    right = factory(Fake(reward=0.9), tmp_path).create(RolloutRecord("needle-1k-s1"), seed=7, episode_id="e1")
+    wrong = factory(Fake(reward=0.1), tmp_path).create(RolloutRecord("needle-1k-s1"), seed=7, episode_id="e1")
+    verified = {}
+    for name, s in (("right", right), ("wrong", wrong)):
+        s.wait_for_completion()
+        verified[name] = s.verify([])
 
     class Outcome:
-        env_reward, timed_out = v.env_reward, False
+        env_reward, timed_out = verified["right"].env_reward, False
 
+    assert rollout_reward(Outcome()) == 0.9
     log = RolloutLog(tmp_path / "r.jsonl")
-    assert EnvReward(log)(Outcome()) == 0.9
+    log.verified(right.record)
     records, offset = read_new(tmp_path / "r.jsonl", 0)
-    assert offset > 0 and records[0]["reward/token_budget"] == -0.1 and records[0]["group"] == 7
+    assert offset > 0 and records[0]["reward"] == 0.9 and records[0]["reward/token_budget"] == -0.1
+    assert records[0]["group"] == 7 and records[0]["timed_out"] is False and records[0]["episode_id"] == "e1"
     summary = summarize(records + [{"unscorable": True, "reward": None}])
     assert summary["rollouts/unscorable_total"] == 1 and summary["reward/recursion"] == 0.5
     assert summary["episode/subcalls_mean"] == 1
+
+
+def test_a_timed_out_rollout_is_logged_unscorable_and_timed_out(tmp_path):
+    s = factory(Fake(episode_status="running"), tmp_path).create("needle-1k-s1", seed=7, episode_id="e1")
+    with pytest.raises(TimeoutError):
+        s.wait_for_completion(timeout_s=0.01)
+    assert s.verify([]).env_reward is None
+    log = RolloutLog(tmp_path / "r.jsonl")
+    log.verified(s.record)
+    log.verified(RolloutRecord("needle-1k-s1"))  # never verified: nothing to log
+    (rec,), _ = read_new(tmp_path / "r.jsonl", 0)
+    assert rec["timed_out"] is True and rec["reward"] is None and rec["unscorable"] and rec["status"] == "running"
 
 
 def test_training_success_by_family_over_scorable_rollouts():

@@ -131,11 +131,12 @@ def test_state_file_names_the_newest_weights_and_version(tmp_path):
     assert state["weights_path"] == fake.calls[-4][1]["kwargs"]["weights_path"]  # the last reload's directory
 
 
-def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path):
+@pytest.mark.parametrize("path", ["/collective_rpc", "/policy/version"])  # vLLM's reload; the proxy's client
+def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path, path):
     fake, down = FakeServers(), {"left": 3}
 
     def flaky(req: httpx.Request) -> httpx.Response:
-        if req.url.path == "/collective_rpc" and down["left"]:
+        if req.url.path == path and down["left"]:
             down["left"] -= 1
             raise httpx.ConnectError("connection refused", request=req)
         return fake(req)
@@ -148,7 +149,7 @@ def test_a_restarting_server_is_waited_for_then_the_sync_goes_on(tmp_path):
 
     down["left"] = 10**6
     sync.retry_s = 0.05
-    with pytest.raises(WeightSyncError, match="collective_rpc failed"):
+    with pytest.raises(WeightSyncError, match=f"{path} failed"):
         one_sync(sync, {"model.embed_tokens.weight": torch.randn(4, 2)})
 
 
@@ -221,3 +222,55 @@ def test_an_evaluated_stage_is_what_a_restarted_policy_server_gets_back(tmp_path
                         lambda url, **kw: posted.append(kw["json"]) or httpx.Response(200, json={}))
     reapply_weights("http://vllm", state)(None)
     assert posted[0]["kwargs"]["weights_path"] == reloaded
+
+
+def test_a_refused_version_report_stops_the_sync_at_once_naming_the_version(tmp_path):
+    fake = FakeServers()
+
+    def refusing(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/policy/version":
+            fake.calls.append(("proxy/policy/version", json.loads(req.content)))
+            return httpx.Response(409, json={"error": {"code": "wrong_sync_mode", "message": "adapter sync"}})
+        return fake(req)
+
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          retry_s=30, retry_poll_s=0.01,
+                          http=httpx.Client(transport=httpx.MockTransport(refusing))).bind(Trainer())
+    with pytest.raises(WeightSyncError, match=r"reporting policy version 1 to http://proxy/policy/version.*409"):
+        one_sync(sync, {"w": torch.zeros(1)})
+    assert [c[0] for c in fake.calls][-2:] == ["proxy/policy/version", "vllm/resume"]  # asked once, vLLM resumed
+
+
+def test_a_restarted_proxy_is_told_the_last_version_through_the_proxys_client(tmp_path, monkeypatch):
+    from fathom.capture_proxy.client_core import ProxyCallError
+    from fathom.stack.recovery import reapply_version
+
+    seen: list[httpx.Request] = []
+    status = {"code": 200}
+
+    def proxy(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return httpx.Response(status["code"], json={"merged_version": 6})
+
+    client = httpx.Client
+    monkeypatch.setattr("fathom.stack.recovery.httpx.Client",
+                        lambda **kw: client(transport=httpx.MockTransport(proxy), **kw))
+    state = tmp_path / "policy_state.json"
+    state.write_text(json.dumps({"version": 6, "weights_path": None}))
+    reapply_version("http://proxy", state, token="tok")(None)
+    (req,) = seen
+    assert (str(req.url), json.loads(req.content), req.headers["X-Fathom-Token"]) == (
+        "http://proxy/policy/version", {"version": 6}, "tok")
+    status["code"] = 409
+    with pytest.raises(ProxyCallError, match="reporting policy version 6 to http://proxy/policy/version"):
+        reapply_version("http://proxy", state)(None)
+
+
+def test_a_proxy_that_refuses_the_version_read_stops_the_sync_before_it_starts(tmp_path):
+    def locked(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"error": {"code": "unauthorized", "message": "missing X-Fathom-Token"}})
+
+    sync = DiskMergedSync(directory=tmp_path / "merged", vllm_url="http://vllm", proxy_url="http://proxy",
+                          http=httpx.Client(transport=httpx.MockTransport(locked))).bind(Trainer())
+    with pytest.raises(WeightSyncError, match=r"policy version at http://proxy.*401.*X-Fathom-Token"):
+        sync.init_weight_transfer()

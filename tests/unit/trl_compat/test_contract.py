@@ -17,7 +17,8 @@ from trl.experimental.async_grpo import async_rollout_worker as arw
 from trl.experimental.async_grpo import openenv_harness as oh
 
 from fathom.trl_compat import TRL_VERSION, check_trl_version
-from fathom.trl_compat.rollout import ROLLOUT_ROWS, ROW_TASK, HarnessLoop, HarnessWorker, chain_trace, tasks_of
+from fathom.trl_compat.rollout import (ROLLOUT_REWARD, ROLLOUT_ROWS, ROW_TASK, HarnessLoop, HarnessWorker, chain_trace,
+                                      tasks_of)
 from fathom.trl_compat.trainer import GRPOTrainerBase, per_token_collator, vllm_named_params
 
 
@@ -120,6 +121,39 @@ def test_run_session_hands_the_task_to_create_untouched_and_returns_rows_at_thei
     assert rows[0].rollout_id == got[2]  # TRL's rollout id is the episode id it gave the factory
     assert getattr(rows[0], ROW_TASK) is task and session.closed and metrics["turns"] == 2
     assert not hasattr(type(rows[0]), "__slots__")  # a row takes the task as an attribute
+
+
+def test_run_session_verifies_the_session_before_it_returns_and_keeps_the_reward_functions_answer():
+    """FATHOM's session writes the episode result into its task (the rollout's record) in verify(), and the loop logs
+    it from there once `_run_session` returns (`after_rollout`): TRL's rollout reward function gets only the outcome's
+    total. TRL logs rollout correctness only when a rollout reward function is given, so FATHOM gives one that
+    forwards the total."""
+    assert {"env_reward", "timed_out"} <= set(oh.HarnessRolloutOutcome.__dataclass_fields__)
+
+    class Task:
+        result = None
+
+    task = Task()
+
+    class Verifying(_Session):
+        def verify(self, transcript, final_state=None):
+            task.result = "verified"
+            return VerifyResult(env_reward=0.25, done=True)
+
+    class Factory:
+        def create(self, task, seed=None, episode_id=None):
+            return Verifying()
+
+    loop = _bare_loop(Factory())
+    loop.task_for = lambda prompt: task
+    seen: list = []
+    loop.after_rollout = lambda t, rollout: seen.append((t, t.result, rollout[ROLLOUT_REWARD]))
+    loop._rollout_reward_fn = lambda outcome: outcome.env_reward
+    _, metrics = loop._run_session("needle-1k-s1", 0)
+    assert seen == [(task, "verified", 0.25)] and metrics["correctness"] == 0.25
+    loop._rollout_reward_fn = None
+    _, metrics = loop._run_session("needle-1k-s1", 0)
+    assert seen[-1][2] == 0.25 and "correctness" not in metrics
 
 
 def test_score_group_makes_one_sample_per_row_in_order():
