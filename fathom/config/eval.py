@@ -21,6 +21,11 @@ class EvalConfig(FathomModel):
     model runs every episode to the turn limit, so it is the slowest stage by far; its paired delta is then over
     those N tasks."""
 
+    base_cache: bool = True
+    """`fathom eval stages` reuses the base stage's results from `$FATHOM_HOME/eval_cache/base/` when the model,
+    tasks, episode code and settings are the same as when they were stored (`fathom.eval.base_cache`), and stores
+    them after scoring. Off: the base model is scored every time and nothing is stored."""
+
     watch_tasks: int = Field(100, gt=0)
     """Fixed subset (the split's first N tasks, plus later families in proportion, as `n_tasks`) each checkpoint is
     scored on by `fathom eval watch`."""

@@ -86,14 +86,16 @@ def launch(
         except PlotError as e:
             console.print(f"[yellow]no plots[/]: {e}")
     wall = time.monotonic() - t0
-    (cfg.run_dir / "launch.json").write_text(json.dumps({"wall_s": round(wall, 1), "steps": [s.name for s in steps],
-                                                             "step_s": step_s}) + "\n")
+    record = {"wall_s": round(wall, 1), "steps": [s.name for s in steps], "step_s": step_s}
+    summary = cfg.run_dir / "eval" / "summary.json"
+    if "eval" in record["steps"] and summary.is_file() and "base_cache" in (evaluated := json.loads(summary.read_text())):
+        record["base_cache"] = evaluated["base_cache"]  # which stored base results the evaluation used or made
+    (cfg.run_dir / "launch.json").write_text(json.dumps(record) + "\n")
     if bucket is not None:
         with console.status(f"copying the run to {bucket}"):
             copy_run(cfg.run_dir, bucket)
     console.print(f"[bold green]done[/] in {wall / 60:.1f} min: everything is in {cfg.run_dir}"
                   + (f" (copied to {bucket})" if bucket is not None else ""))
-    summary = cfg.run_dir / "eval" / "summary.json"
     if summary.is_file():
         console.print(f"pass@1 by stage and paired deltas: {summary}; reports: {cfg.run_dir / 'eval'}/<stage>/report.html; "
                       f"training plots: {plots[0].parent if plots else 'none'}")

@@ -44,24 +44,17 @@ def stages(
         cfg.eval.split = split
     plan = parse_stages(stage)
     from fathom.eval.metrics import CHARS_PER_TOKEN
-    from fathom.eval.run import EvalInputError, resolve_adapter, run_eval, task_ids
-    from fathom.eval.runner import EvalError
+    from fathom.eval.run import EvalInputError, task_ids
     from fathom.eval.stages import stage_tasks, summarize_stages
-    from fathom.policy_server.client import PolicyClientError
     from fathom.policy_server.launch import dev_mode
     from fathom.policy_server.models import ModelError, resolve_model
     from fathom.tasks import describe
-    from fathom.trainer.adapters import AdapterError, serve_merged
-    from fathom.trainer.build import policy_state_path
-    from fathom.trainer.weight_sync import WeightSyncError
 
     out = out or cfg.run_dir / "eval"
-    urls = (cfg.policy_url, cfg.proxy_url, cfg.env_url)
     try:
         ids = task_ids(cfg, None, None)
     except EvalInputError as e:
         die(str(e))
-    name = cfg.policy_server.served_model_name
     try:
         model_dir = resolve_model(cfg.model)
     except ModelError as e:
@@ -70,32 +63,18 @@ def stages(
     t0 = time.monotonic()
     per_stage: dict[str, dict[str, bool]] = {}
     summaries: dict[str, dict] = {}
+    cached: dict = {}
     for label, adapter in plan:
         stage_ids = stage_tasks(ids, adapter, cfg.eval.base_n_tasks)
-        try:
-            if reload:
-                # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
-                v = serve_merged(model_dir, adapter, vllm_url=cfg.policy_url, proxy_url=cfg.proxy_url,
-                                 directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s,
-                                 state_path=policy_state_path(cfg.run_dir))
-                for old in (out / "weights").iterdir():
-                    if old.name != label:
-                        shutil.rmtree(old, ignore_errors=True)
-                typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
-                # Every stage is served under the one base name: its results are labelled by stage, the served
-                # name beside it, so the report and the model card never call the GRPO weights `fathom-base`.
-                results, _ = run_eval(cfg, stage_ids, out / label, urls=urls,
-                                      model=name, label=label, progress_label=label)
-                summary = results["models"][label]
-            else:
-                adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []
-                results, _ = run_eval(cfg, stage_ids, out / label, urls=urls,
-                                      adapters=adapters, base=not adapter)
-                summary = results["models"]["base" if not adapter else label]
-        except EvalInputError as e:
-            die(str(e))
-        except (EvalError, PolicyClientError, AdapterError, WeightSyncError, OSError) as e:
-            die(f"stage {label}: {e}", code=1)
+        cache = base_cache_entry(cfg, model_dir, stage_ids, reload=reload) if adapter is None else None
+        if cache is not None and (results := cache.restore(out / label)) is not None:
+            typer.echo(f"stage {label}: results reused from {cache.path} (same model, tasks, episode code and "
+                       "settings; --eval.base_cache false scores it again)")
+            summary, cached = results["models"][label], {"key": cache.key, "hit": True, "path": str(cache.path)}
+        else:
+            summary = _score(cfg, label, adapter, stage_ids, out, model_dir=model_dir, reload=reload)
+            if cache is not None:
+                cached = {"key": cache.key, "hit": False, "path": str(cache.store(out / label))}
         summaries[label] = summary["summary"]
         per_stage[label] = {r["task_id"]: bool(r["correct"]) for r in summary["rows"] if r["scorable"]}
     # The length is in the task id or the imported manifest: no (up to 10M-character) context is read to measure it.
@@ -103,10 +82,60 @@ def stages(
     boot = {"n": cfg.eval.bootstrap, "confidence": cfg.eval.confidence, "seed": cfg.eval.seed}
     summary = summarize_stages(per_stage, summaries, boot=boot, beyond_fraction=beyond, wall_s=time.monotonic() - t0)
     summary |= {"split": cfg.eval.split, "n_tasks": len(ids), "max_completion_tokens": cfg.trainer.max_completion_tokens,
-                "max_turns": cfg.env_server.max_turns}
+                "max_turns": cfg.env_server.max_turns} | ({"base_cache": cached} if cached else {})
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     _print_summary(summary, beyond, cfg.model.max_model_len, out)
+
+
+def _score(cfg, label: str, adapter: str | None, stage_ids: list[str], out: Path, *, model_dir: str,
+           reload: bool) -> dict:
+    """Score one stage's weights on `stage_ids` and return its results' model entry (summary and rows); a stage
+    that cannot be scored ends the command with a message naming it."""
+    from fathom.eval.run import EvalInputError, resolve_adapter, run_eval
+    from fathom.eval.runner import EvalError
+    from fathom.policy_server.client import PolicyClientError
+    from fathom.trainer.adapters import AdapterError, serve_merged
+    from fathom.trainer.build import policy_state_path
+    from fathom.trainer.weight_sync import WeightSyncError
+
+    urls = (cfg.policy_url, cfg.proxy_url, cfg.env_url)
+    try:
+        if reload:
+            # One directory per stage: vLLM reads the current stage's files, the previous stage's go.
+            v = serve_merged(model_dir, adapter, vllm_url=cfg.policy_url, proxy_url=cfg.proxy_url,
+                             directory=out / "weights" / label, timeout_s=cfg.trainer.weight_sync_timeout_s,
+                             state_path=policy_state_path(cfg.run_dir))
+            for old in (out / "weights").iterdir():
+                if old.name != label:
+                    shutil.rmtree(old, ignore_errors=True)
+            typer.echo(f"stage {label}: vLLM reloaded with {'base' if not adapter else adapter} (policy version {v})")
+            # Every stage is served under the one base name: its results are labelled by stage, the served
+            # name beside it, so the report and the model card never call the GRPO weights `fathom-base`.
+            results, _ = run_eval(cfg, stage_ids, out / label, urls=urls, model=cfg.policy_server.served_model_name,
+                                  label=label, progress_label=label)
+            return results["models"][label]
+        adapters = [(label, resolve_adapter(adapter, out / "adapters"))] if adapter else []
+        results, _ = run_eval(cfg, stage_ids, out / label, urls=urls, adapters=adapters, base=not adapter)
+        return results["models"]["base" if not adapter else label]
+    except EvalInputError as e:
+        die(str(e))
+    except (EvalError, PolicyClientError, AdapterError, WeightSyncError, OSError) as e:
+        die(f"stage {label}: {e}", code=1)
+
+
+def base_cache_entry(cfg, model_dir: str, ids: list[str], *, reload: bool):
+    """The base stage's cache entry (`fathom.eval.base_cache`), or None when `eval.base_cache` is off or a task is
+    an imported one. The key holds the dtype and device vLLM serves with, resolved as `fathom policy serve` does,
+    and whether the base is served as weights reloaded from disk (`reload`) or as the model vLLM started with."""
+    if not cfg.eval.base_cache:
+        return None
+    from fathom.eval.base_cache import BaseCache
+    from fathom.policy_server.launch import detect_device, serving_dtype
+
+    device = detect_device(cfg.policy_server.device)
+    return BaseCache.for_stage(cfg, Path(model_dir), ids, device=device, reload=reload,
+                               served_dtype=serving_dtype(cfg.policy_server, cfg.model, device))
 
 
 def _print_summary(summary: dict, beyond: float, max_model_len: int, out: Path) -> None:
@@ -122,4 +151,4 @@ def _print_summary(summary: dict, beyond: float, max_model_len: int, out: Path) 
                f"summary in {out / 'summary.json'}, reports in {out}/<stage>/report.html")
 
 
-__all__ = ["OVERRIDE_SETTINGS", "parse_stages", "stages"]
+__all__ = ["OVERRIDE_SETTINGS", "base_cache_entry", "parse_stages", "stages"]
