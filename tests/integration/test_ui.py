@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fathom import tasks
-from tests.integration.env_server_stack import FATHOM, Proc
+from tests.integration.env_server_stack import FATHOM, START_TIMEOUT_S, supervisor
 from tests.integration.test_eval import BROWSER_ARGS, CHROMIUM
 from tests.ports import free_port
 
@@ -22,22 +22,14 @@ TASK = "needle-16k-s1000000"
 
 @pytest.fixture(scope="module")
 def ui_url(tmp_path_factory, tiny_model_dir):
-    logs = tmp_path_factory.mktemp("ui")
     up_port, ui_port = free_port(), free_port()
-    upstream = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(up_port),
-                                          "--delay", str(DELAY_S), "--tokenizer", str(tiny_model_dir)],
-                    logs / "scripted.log")
-    procs = [upstream]
-    try:
-        upstream.wait_http(f"http://127.0.0.1:{up_port}/health")
-        ui = Proc("fathom ui", [FATHOM, "ui", "--base-url", f"http://127.0.0.1:{up_port}", "--port", str(ui_port),
-                                "--tokenizer", str(tiny_model_dir)], logs / "ui.log")
-        procs.append(ui)
-        ui.wait_http(f"http://127.0.0.1:{ui_port}/", timeout_s=90)
+    with supervisor(tmp_path_factory.mktemp("ui")) as sup:
+        sup.serve("scripted", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(up_port),
+                               "--delay", str(DELAY_S), "--tokenizer", str(tiny_model_dir)],
+                  f"http://127.0.0.1:{up_port}/health", START_TIMEOUT_S)
+        sup.serve("ui", [FATHOM, "ui", "--base-url", f"http://127.0.0.1:{up_port}", "--port", str(ui_port),
+                         "--tokenizer", str(tiny_model_dir)], f"http://127.0.0.1:{ui_port}/", START_TIMEOUT_S)
         yield f"http://127.0.0.1:{ui_port}/"
-    finally:
-        for p in reversed(procs):
-            p.stop()
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (make setup installs it)")
