@@ -78,6 +78,11 @@ class Stack:
                                        "--log-level", "warning"], f"{url}/health", START_TIMEOUT_S)
         return url
 
+    def stop_env_server(self, url: str) -> None:
+        """Stop an env server that `add_env_server` started (its whole process group)."""
+        child = next(c for c in self.sup.children if c.name.startswith("env") and c.health_url == f"{url}/health")
+        self.sup.stop(child.name)
+
     def pid(self, name: str) -> int:
         """The process id of server `name` (scripted, proxy, env, env2, ...)."""
         return self.sup.child(name).proc.pid
