@@ -90,6 +90,10 @@ class Stack:
     def set_policy(self, policy: str) -> None:
         httpx.post(f"{self.upstream_url}/scripted/policy", json={"policy": policy}, timeout=10).raise_for_status()
 
+    def set_delay(self, delay_s: float) -> None:
+        """Hold each of the scripted upstream's completions `delay_s` seconds (0: answer at once)."""
+        httpx.post(f"{self.upstream_url}/scripted/fault", json={"delay_s": delay_s}, timeout=10).raise_for_status()
+
 
 def _toml(v: object) -> str:
     if isinstance(v, bool):

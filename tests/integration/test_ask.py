@@ -14,12 +14,21 @@ from tests.ports import free_port
 
 
 @pytest.fixture(scope="module", params=["chat", "tokens"])
-def upstream(request, tmp_path_factory, tiny_model_dir):
-    """The scripted model; with a tokenizer it also takes token-id prompts and answers /tokenize, like vLLM."""
+def upstream(request, tmp_path_factory):
+    """The scripted model; with a tokenizer it also takes token-id prompts and answers /tokenize, like vLLM. The
+    token path uses the session's scripted upstream (conftest), which has the tiny model's tokenizer; the chat path
+    needs one without a tokenizer, started here."""
+    if request.param == "tokens":
+        stack = request.getfixturevalue("scripted_stack")
+        stack.set_policy("recursive")
+        try:
+            yield stack.upstream_url
+        finally:
+            stack.set_policy("reference")
+        return
     port = free_port()
-    extra = ["--tokenizer", str(tiny_model_dir)] if request.param == "tokens" else []
     with supervisor(tmp_path_factory.mktemp("ask")) as sup:
-        sup.serve("scripted", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port), *extra],
+        sup.serve("scripted", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port)],
                   f"http://127.0.0.1:{port}/health", START_TIMEOUT_S)
         yield f"http://127.0.0.1:{port}"
 
