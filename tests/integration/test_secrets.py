@@ -3,7 +3,8 @@ directory, the model card, or the environment of any sandbox process. One stack 
 
 The stack runs for real (scripted upstream, capture proxy and env server as subprocesses) with the shared
 token required, so the same run also proves every hop sends it: rollout factory -> proxy and env server,
-env server -> proxy.
+env server -> proxy. It is its own stack, not the session's: the secrets must be in the environment the servers
+start with.
 """
 
 from __future__ import annotations
