@@ -19,17 +19,19 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from fathom.stack.supervisor import Supervisor
 from fathom.unwind import sigterm_unwinds
 
 BASE = "fake-base"
@@ -96,32 +98,31 @@ def serve(kind: str, port: int, upstream: str, base: str) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="error", access_log=False, proxy_headers=False)
 
 
+@dataclass(frozen=True)
 class Server:
-    def __init__(self, kind: str, upstream: str = "", base: str = BASE) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--upstream", upstream, "--base", base],
-            cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{kind} server did not start: {self.proc.stderr.read().decode()[-2000:]}")
-                time.sleep(0.1)
+    url: str
+    port: int
+    pid: int
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+
+HEALTH = {"fake": "/v1/models", "ours": "/healthz", "openenv": "/health"}
+
+
+def start(sup: Supervisor, kind: str, upstream: str = "", base: str = BASE, env: dict[str, str] | None = None) -> Server:
+    """`python bench/capture_proxy.py --serve KIND` as a child of `sup`, once it answers its health route."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    child = sup.serve(kind, [sys.executable, __file__, "--serve", kind, "--port", str(port), "--upstream", upstream,
+                             "--base", base], url + HEALTH[kind], 120.0, env=env)
+    return Server(url, port, child.proc.pid)
+
+
+@contextmanager
+def supervised() -> Iterator[Supervisor]:
+    """A supervisor for a part's servers (each in its own process group, logs in a temporary directory), which
+    stops them all when the part ends or the benchmark is stopped."""
+    with tempfile.TemporaryDirectory() as logs, Supervisor(Path(logs), poll_s=0.1) as sup:
+        yield sup
 
 
 # --- load generation: one persistent raw HTTP/1.1 connection per worker, same bytes for every target ---
@@ -215,11 +216,11 @@ def fake_upstream_bench(n_c1: int, per_worker_c64: int, rounds: int) -> dict:
     """Direct, ours and OpenEnv's capture server in interleaved rounds: each round measures all three
     back to back, so outside load hits them alike; added = ours - direct within a round, and every
     figure is the median over rounds (a burst of load on a shared machine spoils one round, not all)."""
-    fake = Server("fake")
-    servers = {"ours": Server("ours", fake.url), "openenv": Server("openenv", fake.url)}
     names = ("direct", "ours", "openenv")
     per_round: dict[str, list[dict]] = {n: [] for n in names}
-    try:
+    with supervised() as sup:
+        fake = start(sup, "fake")
+        servers = {"ours": start(sup, "ours", fake.url), "openenv": start(sup, "openenv", fake.url)}
         targets = {}
         for name in names:
             url = fake.url if name == "direct" else servers[name].url
@@ -239,9 +240,6 @@ def fake_upstream_bench(n_c1: int, per_worker_c64: int, rounds: int) -> dict:
                     "c64_p50_ms": pct(lat64, 0.5) * 1e3, "c64_p99_ms": pct(lat64, 0.99) * 1e3,
                     "c64_rps": len(lat64) / wall64,
                 })
-    finally:
-        for s in (*servers.values(), fake):
-            s.stop()
     keys = list(per_round["direct"][0])
     results = {n: {k: statistics.median(r[k] for r in per_round[n]) for k in keys} for n in names}
     for name in ("ours", "openenv"):
@@ -283,7 +281,7 @@ def upstream_client_bench(n_c1: int, per_worker_c64: int) -> dict:
 
     from fathom.capture_proxy.upstream import UpstreamClient
 
-    fake = Server("fake")
+    servers = ExitStack()
     body = orjson.dumps({**CHAT, "model": BASE, "logprobs": True, "return_token_ids": True})
     path = "/v1/chat/completions"
     rows: dict = {}
@@ -340,6 +338,7 @@ def upstream_client_bench(n_c1: int, per_worker_c64: int) -> dict:
             return await _client_load(post, n_c1, per_worker_c64)
 
     try:
+        fake = start(servers.enter_context(supervised()), "fake")
         clients = {"raw_socket": raw, "ours_httptools_pool": ours, "httpx": with_httpx}
         try:
             import aiohttp  # noqa: F401 - only whether it is installed
@@ -350,7 +349,7 @@ def upstream_client_bench(n_c1: int, per_worker_c64: int) -> dict:
         for name, run in clients.items():
             rows[name] = {k: round(v, 4) for k, v in asyncio.run(run()).items()}
     finally:
-        fake.stop()
+        servers.close()
     floor = rows["raw_socket"]
     for name, r in rows.items():
         if isinstance(r, dict) and name != "raw_socket":
@@ -370,12 +369,7 @@ def session_churn_bench(total: int, workers: int = 16) -> dict:
     """RSS of the proxy while `total` sessions are opened, used once and closed (closed-session TTL 1 s)."""
     import httpx
 
-    fake = Server("fake")
-    os.environ["FATHOM_BENCH_SESSION_TTL_S"] = "1"
-    try:
-        ours = Server("ours", fake.url)
-    finally:
-        del os.environ["FATHOM_BENCH_SESSION_TTL_S"]
+    servers = ExitStack()
     body = {**CHAT, "model": "policy"}
     marks: dict = {}
 
@@ -391,18 +385,20 @@ def session_churn_bench(total: int, workers: int = 16) -> dict:
             await asyncio.gather(*(one_worker(c, n // workers) for _ in range(workers)))
 
     try:
-        marks["rss_mb_start"] = rss_mb(ours.proc.pid)
+        sup = servers.enter_context(supervised())
+        fake = start(sup, "fake")
+        ours = start(sup, "ours", fake.url, env={"FATHOM_BENCH_SESSION_TTL_S": "1"})
+        marks["rss_mb_start"] = rss_mb(ours.pid)
         asyncio.run(churn(total // 10))
-        marks[f"rss_mb_after_{total // 10}"] = rss_mb(ours.proc.pid)
+        marks[f"rss_mb_after_{total // 10}"] = rss_mb(ours.pid)
         asyncio.run(churn(total - total // 10))
-        marks[f"rss_mb_after_{total}"] = rss_mb(ours.proc.pid)
+        marks[f"rss_mb_after_{total}"] = rss_mb(ours.pid)
         time.sleep(1.1)
         httpx.post(ours.url + "/sessions", json={})  # traffic drives eviction
         health = httpx.get(ours.url + "/healthz").json()
         marks["sessions_stored_at_end"] = health["sessions_stored"]
     finally:
-        ours.stop()
-        fake.stop()
+        servers.close()
     return marks
 
 
@@ -414,25 +410,23 @@ def vllm_bench(rounds: int, workers: int, window_s: float) -> dict:
     model_dir = build_tiny()
     cfg = load_config(None, ["--model.name", str(model_dir), "--policy_server.enforce_eager", "true",
                              "--policy_server.port", str(free_port()), "--policy_server.cpu_kvcache_gb", "2"])
-    with tempfile.TemporaryDirectory() as logs, PolicyServer(cfg.policy_server, cfg.model, str(model_dir), logs) as vllm:
+    with tempfile.TemporaryDirectory() as logs, PolicyServer(cfg.policy_server, cfg.model, str(model_dir), logs) as vllm, \
+            supervised() as sup:
         base = cfg.policy_server.served_model_name
-        proxy = Server("ours", vllm.base_url, base)
-        try:
-            # Output lengths differ per worker (as rollouts' do), so the load is not a lock-step batch
-            # whose throughput hinges on whether 8 requests land in the same engine step.
-            bodies = [{"messages": [{"role": "user", "content": f"Count to one hundred. ({i})"}],
-                       "max_tokens": 32 + 4 * i, "ignore_eos": True, "temperature": 1.0} for i in range(workers)]
-            direct_raws = [post_bytes(vllm.base_url, "/v1/chat/completions",
-                                      {**body, "model": base, "logprobs": True, "return_token_ids": True,
-                                       "top_p": 1.0, "top_k": 0}, None) for body in bodies]
-            proxy_raws = [post_bytes(proxy.url, "/v1/chat/completions", {**body, "model": "policy"}, k)
-                          for body, k in zip(bodies, open_sessions(proxy.url, workers, "ours"))]
-            asyncio.run(run_load(vllm.base_url, direct_raws, 1))
-            asyncio.run(run_load(proxy.url, proxy_raws, 1))
-            rounds_tps = [asyncio.run(paired_window((vllm.base_url, direct_raws), (proxy.url, proxy_raws), window_s))
-                          for _ in range(rounds)]
-        finally:
-            proxy.stop()
+        proxy = start(sup, "ours", vllm.base_url, base)
+        # Output lengths differ per worker (as rollouts' do), so the load is not a lock-step batch
+        # whose throughput hinges on whether 8 requests land in the same engine step.
+        bodies = [{"messages": [{"role": "user", "content": f"Count to one hundred. ({i})"}],
+                   "max_tokens": 32 + 4 * i, "ignore_eos": True, "temperature": 1.0} for i in range(workers)]
+        direct_raws = [post_bytes(vllm.base_url, "/v1/chat/completions",
+                                  {**body, "model": base, "logprobs": True, "return_token_ids": True,
+                                   "top_p": 1.0, "top_k": 0}, None) for body in bodies]
+        proxy_raws = [post_bytes(proxy.url, "/v1/chat/completions", {**body, "model": "policy"}, k)
+                      for body, k in zip(bodies, open_sessions(proxy.url, workers, "ours"))]
+        asyncio.run(run_load(vllm.base_url, direct_raws, 1))
+        asyncio.run(run_load(proxy.url, proxy_raws, 1))
+        rounds_tps = [asyncio.run(paired_window((vllm.base_url, direct_raws), (proxy.url, proxy_raws), window_s))
+                      for _ in range(rounds)]
     ratios = [p / d for d, p in rounds_tps]
     direct_tps = statistics.mean(d for d, _ in rounds_tps)
     proxied_tps = statistics.mean(p for _, p in rounds_tps)

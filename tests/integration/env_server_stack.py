@@ -1,67 +1,36 @@
 """Start the real pieces of an episode as subprocesses: scripted upstream (or vLLM), capture proxy, env server.
 
-Every process runs in its own process group and is stopped (group-wide) on exit.
+They run under the launcher's own `Supervisor` (fathom.stack.supervisor): each in its own process group, stopped
+group-wide on exit, SIGTERM included.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 import httpx
 
+from fathom.stack.supervisor import Supervisor
 from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 FATHOM = str(ROOT / ".venv" / "bin" / "fathom")
-
-
-
-class Proc:
-    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str] | None = None):
-        self.name, self.log = name, log
-        self.fh = open(log, "wb")
-        self.p = subprocess.Popen(args, stdout=self.fh, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                                  env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}))
-
-    def wait_http(self, url: str, timeout_s: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.p.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.p.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url, timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} did not answer {url} in {timeout_s}s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            try:
-                os.killpg(self.p.pid, signal.SIGTERM)
-                self.p.wait(timeout=10)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                try:
-                    os.killpg(self.p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self.p.wait(timeout=10)
-        self.fh.close()
+START_TIMEOUT_S = 120.0
 
 
 class Stack:
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.procs: list[Proc] = []
+    """Scripted upstream (or a given one), capture proxy and env server, children of one `Supervisor` whose logs
+    (`scripted.log`, `proxy.log`, `env.log`) are in `tmp`."""
+
+    def __init__(self, tmp: Path, sup: Supervisor):
+        self.tmp, self.sup = tmp, sup
         self.upstream_url = self.proxy_url = self.env_url = ""
 
     def start(self, *, upstream_url: str | None = None, policy: str = "reference", model: str = "fathom-base",
@@ -78,48 +47,52 @@ class Stack:
                 tok = str(build_tiny())
                 args += ["--tokenizer", tok]
                 env_overrides.setdefault("tokenizer", tok)
-            up = Proc("scripted upstream", args, self.tmp / "scripted.log")
-            self.procs.append(up)
+            self.sup.spawn("scripted", args, f"{self.upstream_url}/health", server=True)
         else:
             self.upstream_url = upstream_url
         pport, eport = free_port(), free_port()
         self.proxy_url, self.env_url = f"http://127.0.0.1:{pport}", f"http://127.0.0.1:{eport}"
         env_lines = "\n".join(f"{k} = {_toml(v)}" for k, v in (env_overrides or {}).items())
-        cfg = self.tmp / "stack.toml"
-        cfg.write_text(
+        self.config = self.tmp / "stack.toml"
+        self.config.write_text(
             f'[policy_server]\nserved_model_name = "{model}"\n\n'
             f'[capture_proxy]\nport = {pport}\nupstream_url = "{self.upstream_url}"\n\n'
             f'[env_server]\nport = {eport}\nproxy_url = "{self.proxy_url}"\n{env_lines}\n'
             f'{extra_toml}'
         )
         if proxy_up:
-            self.procs.append(Proc("capture proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)],
-                                   self.tmp / "proxy.log"))
-        self.procs.append(Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
-                               self.tmp / "env.log"))
-        urls = {"scripted upstream": f"{self.upstream_url}/health", "capture proxy": f"{self.proxy_url}/healthz",
-                "env server": f"{self.env_url}/health"}
-        for p in self.procs:
-            p.wait_http(urls[p.name])
+            self.sup.spawn("proxy", [FATHOM, "proxy", "serve", "--config", str(self.config)],
+                           f"{self.proxy_url}/healthz", server=True)
+        self.sup.spawn("env", [FATHOM, "env", "serve", "--config", str(self.config), "--log-level", "warning"],
+                       f"{self.env_url}/health", server=True)
+        for child in list(self.sup.children):  # started side by side, as their imports take most of the start
+            self.sup.wait_healthy(child, START_TIMEOUT_S)
         return self
 
     def add_env_server(self) -> str:
         """One more env server on the same proxy and settings (another port); returns its URL."""
         port = free_port()
-        n = sum(1 for p in self.procs if p.name.startswith("env server"))
-        proc = Proc(f"env server {n + 1}", [FATHOM, "env", "serve", "--config", str(self.tmp / "stack.toml"),
-                                            "--port", str(port), "--log-level", "warning"], self.tmp / f"env{n + 1}.log")
-        self.procs.append(proc)
+        n = sum(1 for c in self.sup.children if c.name.startswith("env"))
         url = f"http://127.0.0.1:{port}"
-        proc.wait_http(f"{url}/health")
+        self.sup.serve(f"env{n + 1}", [FATHOM, "env", "serve", "--config", str(self.config), "--port", str(port),
+                                       "--log-level", "warning"], f"{url}/health", START_TIMEOUT_S)
         return url
 
-    def stop(self) -> None:
-        for p in reversed(self.procs):
-            p.stop()
+    def stop_env_server(self, url: str) -> None:
+        """Stop an env server that `add_env_server` started (its whole process group)."""
+        child = next(c for c in self.sup.children if c.name.startswith("env") and c.health_url == f"{url}/health")
+        self.sup.stop(child.name)
+
+    def pid(self, name: str) -> int:
+        """The process id of server `name` (scripted, proxy, env, env2, ...)."""
+        return self.sup.child(name).proc.pid
 
     def set_policy(self, policy: str) -> None:
         httpx.post(f"{self.upstream_url}/scripted/policy", json={"policy": policy}, timeout=10).raise_for_status()
+
+    def set_delay(self, delay_s: float) -> None:
+        """Hold each of the scripted upstream's completions `delay_s` seconds (0: answer at once)."""
+        httpx.post(f"{self.upstream_url}/scripted/fault", json={"delay_s": delay_s}, timeout=10).raise_for_status()
 
 
 def _toml(v: object) -> str:
@@ -130,13 +103,15 @@ def _toml(v: object) -> str:
     return str(v)
 
 
+def supervisor(log_dir: Path) -> Supervisor:
+    """The tests' supervisor: output unbuffered (a failure's log tail shows the last lines), quick health polls."""
+    return Supervisor(log_dir, env=os.environ | {"PYTHONUNBUFFERED": "1"}, poll_s=0.2)
+
+
 @contextmanager
 def running_stack(tmp: Path, **kw: object) -> Iterator[Stack]:
-    s = Stack(tmp)
-    try:
-        yield s.start(**kw)  # type: ignore[arg-type]
-    finally:
-        s.stop()
+    with supervisor(tmp) as sup:
+        yield Stack(tmp, sup).start(**kw)  # type: ignore[arg-type]
 
 
 def run_episodes(env_url: str, bodies: list[dict], timeout_s: float = 600.0) -> list[dict]:

@@ -61,14 +61,17 @@ class ScriptedStack:
             f'[capture_proxy]\nport = {ports["proxy"]}\nupstream_url = "{self.policy_url}"\n\n'
             f'[env_server]\nport = {ports["env"]}\nproxy_url = "{self.proxy_url}"\ntokenizer = "{tok}"\nmax_turns = 4\n')
         self.children = {
-            "policy": sup.serve("policy", [*FATHOM, "env", "scripted", "--policy", "reference", "--port",
+            "policy": sup.spawn("policy", [*FATHOM, "env", "scripted", "--policy", "reference", "--port",
                                            str(ports["policy"]), "--model", "fathom-base", "--tokenizer", tok],
-                                f"{self.policy_url}/health", 120, on_restart=reapply_weights(self.policy_url, self.state)),
-            "proxy": sup.serve("proxy", [*FATHOM, "proxy", "serve", "-c", str(cfg)], f"{self.proxy_url}/healthz", 120,
-                               on_restart=reapply_version(self.proxy_url, self.state)),
-            "env": sup.serve("env", [*FATHOM, "env", "serve", "-c", str(cfg), "--log-level", "warning"],
-                             f"{self.env_url}/health", 120),
+                                f"{self.policy_url}/health", server=True,
+                                on_restart=reapply_weights(self.policy_url, self.state)),
+            "proxy": sup.spawn("proxy", [*FATHOM, "proxy", "serve", "-c", str(cfg)], f"{self.proxy_url}/healthz",
+                               server=True, on_restart=reapply_version(self.proxy_url, self.state)),
+            "env": sup.spawn("env", [*FATHOM, "env", "serve", "-c", str(cfg), "--log-level", "warning"],
+                             f"{self.env_url}/health", server=True),
         }
+        for child in self.children.values():  # started side by side: their imports take most of the start
+            sup.wait_healthy(child, 120)
         self.http = httpx.Client(timeout=60)
         self._sync = None
 

@@ -9,22 +9,28 @@ import sys
 import pytest
 
 from fathom import tasks
-from tests.integration.env_server_stack import FATHOM, ROOT, Proc
+from tests.integration.env_server_stack import FATHOM, ROOT, START_TIMEOUT_S, supervisor
 from tests.ports import free_port
 
 
 @pytest.fixture(scope="module", params=["chat", "tokens"])
-def upstream(request, tmp_path_factory, tiny_model_dir):
-    """The scripted model; with a tokenizer it also takes token-id prompts and answers /tokenize, like vLLM."""
+def upstream(request, tmp_path_factory):
+    """The scripted model; with a tokenizer it also takes token-id prompts and answers /tokenize, like vLLM. The
+    token path uses the session's scripted upstream (conftest), which has the tiny model's tokenizer; the chat path
+    needs one without a tokenizer, started here."""
+    if request.param == "tokens":
+        stack = request.getfixturevalue("scripted_stack")
+        stack.set_policy("recursive")
+        try:
+            yield stack.upstream_url
+        finally:
+            stack.set_policy("reference")
+        return
     port = free_port()
-    extra = ["--tokenizer", str(tiny_model_dir)] if request.param == "tokens" else []
-    p = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port), *extra],
-             tmp_path_factory.mktemp("ask") / "scripted.log")
-    try:
-        p.wait_http(f"http://127.0.0.1:{port}/health")
+    with supervisor(tmp_path_factory.mktemp("ask")) as sup:
+        sup.serve("scripted", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(port)],
+                  f"http://127.0.0.1:{port}/health", START_TIMEOUT_S)
         yield f"http://127.0.0.1:{port}"
-    finally:
-        p.stop()
 
 
 def ask(*args: str) -> subprocess.CompletedProcess:
@@ -47,11 +53,19 @@ def test_ask_answers_with_the_recursion_tree(upstream, tmp_path, tiny_model_dir,
 
 
 def test_ask_names_a_bad_server_or_model(upstream, tmp_path):
+    """In-process: each is refused before anything starts, so a subprocess would only add its imports."""
+    from typer.testing import CliRunner
+
+    from fathom.entrypoints.cli import app
+
+    def ask_here(*args: str):
+        return CliRunner().invoke(app, ["ask", *args])
+
     doc = tmp_path / "doc.txt"
     doc.write_text("hello")
-    r = ask("--document", str(doc), "--question", "q", "--base-url", f"http://127.0.0.1:{free_port()}")
-    assert r.returncode != 0 and "no OpenAI-compatible model server" in r.stderr
-    r = ask("--document", str(doc), "--question", "q", "--base-url", upstream, "--model", "nope")
-    assert r.returncode != 0 and "'nope' is not served" in r.stderr
-    r = ask("--document", str(tmp_path / "missing.txt"), "--question", "q", "--base-url", upstream)
-    assert r.returncode != 0 and "is not a file" in r.stderr
+    r = ask_here("--document", str(doc), "--question", "q", "--base-url", f"http://127.0.0.1:{free_port()}")
+    assert r.exit_code != 0 and "no OpenAI-compatible model server" in r.stderr, r.output
+    r = ask_here("--document", str(doc), "--question", "q", "--base-url", upstream, "--model", "nope")
+    assert r.exit_code != 0 and "'nope' is not served" in r.stderr, r.output
+    r = ask_here("--document", str(tmp_path / "missing.txt"), "--question", "q", "--base-url", upstream)
+    assert r.exit_code != 0 and "is not a file" in r.stderr, r.output

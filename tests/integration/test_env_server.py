@@ -14,13 +14,15 @@ import httpx
 import pytest
 
 from fathom.tasks import get_task, load_split, reference_solution
-from tests.integration.env_server_stack import ROOT, free_port, run_episodes, run_factory, running_stack, short_tasks
+from tests.integration.env_server_stack import ROOT, free_port, run_episodes, run_factory, short_tasks
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("env_stack"), env_overrides={"max_concurrent_envs": 64}) as st:
-        yield st
+def stack(scripted_stack):
+    """The session's scripted stack (conftest), 64 episodes at once, on the reference policy."""
+    scripted_stack.set_policy("reference")
+    yield scripted_stack
+    scripted_stack.set_policy("reference")
 
 
 @pytest.fixture
@@ -196,7 +198,10 @@ def test_two_env_servers_share_the_episodes(stack):
     """A second real env server behind the module's proxy: the rollout worker's factory uses both, and no episode
     fails."""
     second = stack.add_env_server()
-    got = run_factory(stack.proxy_url, [stack.env_url, second], short_tasks(12), concurrency=4)
+    try:
+        got = run_factory(stack.proxy_url, [stack.env_url, second], short_tasks(12), concurrency=4)
+    finally:
+        stack.stop_env_server(second)  # the stack is the session's: later modules get it as it was
     assert got["failed"] == 0, got
     assert all(c >= 3 for c in got["per_server"]), got  # least in flight, ties in turn: about half each
     assert got["in_flight_left"] == [0, 0]

@@ -16,7 +16,7 @@ from fathom.eval.evaluate import build_results
 from fathom.eval.report import write_outputs
 from fathom.eval.runner import EvalError, EvalRunner, EvalTarget
 from fathom.protocol import EpisodeLimits, Sampling
-from tests.integration.env_server_stack import ROOT, running_stack
+from tests.integration.env_server_stack import ROOT
 from tests.ports import free_port
 
 # 16k+ contexts so the `recursive` policy's 9000-character llm() runs as a nested RLM episode (depth 1 tree).
@@ -27,9 +27,10 @@ BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backgr
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    with running_stack(tmp_path_factory.mktemp("eval-stack"), policy="recursive") as st:
-        yield st
+def stack(scripted_stack):
+    """The session's scripted stack (conftest); each test sets the upstream policy its episodes need."""
+    yield scripted_stack
+    scripted_stack.set_policy("reference")
 
 
 @pytest.fixture(scope="module")

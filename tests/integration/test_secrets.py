@@ -3,7 +3,8 @@ directory, the model card, or the environment of any sandbox process. One stack 
 
 The stack runs for real (scripted upstream, capture proxy and env server as subprocesses) with the shared
 token required, so the same run also proves every hop sends it: rollout factory -> proxy and env server,
-env server -> proxy.
+env server -> proxy. It is its own stack, not the session's: the secrets must be in the environment the servers
+start with.
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ def test_planted_secrets_reach_no_output(tmp_path, monkeypatch):
         assert got["failed"] == 0, got  # the token went everywhere it had to
         auth = token_headers(SECRETS[SHARED_TOKEN_ENV])
         assert httpx.post(f"{stack.proxy_url}/sessions", json={}).status_code == 401
-        env_proc = next(p for p in stack.procs if p.name == "env server")
-        sandbox = descendants(env_proc.p.pid)
+        sandbox = descendants(stack.pid("env"))
         assert sandbox, "the env server runs its sandbox zygote as a child process"
         for pid in sandbox:
             try:

@@ -208,7 +208,8 @@ def test_resume_after_kill_continues_step_count_adapter_and_optimizer(servers, t
     import signal
     import time
 
-    from tests.integration.env_server_stack import FATHOM, Proc
+    from fathom.stack.supervisor import tail
+    from tests.integration.env_server_stack import FATHOM, supervisor
 
     model_dir, stack, tmp = servers
     run_dir = tmp / "runs" / "resume"
@@ -221,24 +222,20 @@ def test_resume_after_kill_continues_step_count_adapter_and_optimizer(servers, t
         f'train_split_size = 64\ntrain_max_length = 1024\n[trainer.lora]\nrank = 8\nalpha = 16\n')
     args = [FATHOM, "train", "--config", str(cfg), "--vllm-url", stack.vllm_url, "--proxy-url", stack.proxy_url,
             "--env-url", stack.env_url, "--no-progress"]
-    first = Proc("trainer", args, tmp / "train1.log")
-    try:
+    with supervisor(tmp / "trainers") as sup:
+        first = sup.spawn("train1", args)
         deadline = time.monotonic() + 600
         while not (run_dir / "checkpoint-1").exists():
-            assert first.p.poll() is None, (tmp / "train1.log").read_text()[-3000:]
+            assert first.alive(), tail(first.log_path, 40)
             assert time.monotonic() < deadline, "no checkpoint-1 within 600 s"
             time.sleep(0.5)
-        os.killpg(first.p.pid, signal.SIGKILL)
-        first.p.wait(timeout=30)
-    finally:
-        first.stop()
-    done_before = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*"))
-    second = Proc("trainer", args + ["--resume"], tmp / "train2.log")
-    try:
-        assert second.p.wait(timeout=900) == 0, (tmp / "train2.log").read_text()[-3000:]
-    finally:
-        second.stop()
-    log2 = (tmp / "train2.log").read_text()
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(timeout=30)
+        sup.stop("train1")
+        done_before = sorted(int(p.name.split("-")[1]) for p in run_dir.glob("checkpoint-*"))
+        second = sup.spawn("train2", args + ["--resume"])
+        assert second.proc.wait(timeout=900) == 0, tail(second.log_path, 40)
+    log2 = second.log_path.read_text()
     state = json.loads((run_dir / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     resumed_from = done_before[-1]

@@ -1,6 +1,6 @@
 """`fathom ui` in a real browser (Debian's chromium driven by Playwright): the tree fills in while the episode runs.
 
-The scripted upstream plays the model on the token path (it tokenizes with the tiny model's template) and
+The session's scripted upstream plays the model on the token path (it tokenizes with the tiny model's template) and
 waits `DELAY_S` per completion, so the page has states to show between the first turn and the answer.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fathom import tasks
-from tests.integration.env_server_stack import FATHOM, Proc
+from tests.integration.env_server_stack import FATHOM, START_TIMEOUT_S, supervisor
 from tests.integration.test_eval import BROWSER_ARGS, CHROMIUM
 from tests.ports import free_port
 
@@ -21,23 +21,20 @@ TASK = "needle-16k-s1000000"
 
 
 @pytest.fixture(scope="module")
-def ui_url(tmp_path_factory, tiny_model_dir):
-    logs = tmp_path_factory.mktemp("ui")
-    up_port, ui_port = free_port(), free_port()
-    upstream = Proc("scripted upstream", [FATHOM, "env", "scripted", "--policy", "recursive", "--port", str(up_port),
-                                          "--delay", str(DELAY_S), "--tokenizer", str(tiny_model_dir)],
-                    logs / "scripted.log")
-    procs = [upstream]
+def ui_url(tmp_path_factory, tiny_model_dir, scripted_stack):
+    """`fathom ui` in front of the session's scripted upstream (conftest), which plays `recursive` at DELAY_S per
+    completion for this module and is set back afterwards."""
+    up, ui_port = scripted_stack.upstream_url, free_port()
+    scripted_stack.set_policy("recursive")
+    scripted_stack.set_delay(DELAY_S)
     try:
-        upstream.wait_http(f"http://127.0.0.1:{up_port}/health")
-        ui = Proc("fathom ui", [FATHOM, "ui", "--base-url", f"http://127.0.0.1:{up_port}", "--port", str(ui_port),
-                                "--tokenizer", str(tiny_model_dir)], logs / "ui.log")
-        procs.append(ui)
-        ui.wait_http(f"http://127.0.0.1:{ui_port}/", timeout_s=90)
-        yield f"http://127.0.0.1:{ui_port}/"
+        with supervisor(tmp_path_factory.mktemp("ui")) as sup:
+            sup.serve("ui", [FATHOM, "ui", "--base-url", up, "--port", str(ui_port), "--tokenizer", str(tiny_model_dir)],
+                      f"http://127.0.0.1:{ui_port}/", START_TIMEOUT_S)
+            yield f"http://127.0.0.1:{ui_port}/"
     finally:
-        for p in reversed(procs):
-            p.stop()
+        scripted_stack.set_delay(0.0)
+        scripted_stack.set_policy("reference")
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (make setup installs it)")

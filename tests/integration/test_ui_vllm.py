@@ -9,13 +9,15 @@ page that waited minutes with nothing on it.
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from fathom.policy_server.client import PolicyClient
 from tests.adapters import make_lora_adapter
-from tests.integration.env_server_stack import FATHOM, Proc
+from tests.integration.env_server_stack import FATHOM, START_TIMEOUT_S, supervisor
 from tests.integration.test_eval import BROWSER_ARGS, CHROMIUM
 from tests.ports import free_port
 
@@ -36,17 +38,15 @@ def adapter_on_vllm(vllm_server, tmp_path_factory):
             pc.unload_adapter(ADAPTER)
 
 
-def _ui(logs: Path, base_url: str, tokenizer: Path):
+@contextmanager
+def _ui(logs: Path, base_url: str, tokenizer: Path) -> Iterator[tuple[Path, str]]:
+    """`fathom ui` on the adapter, served until the block ends; yields its log file and its URL."""
     port = free_port()
-    ui = Proc("fathom ui", [FATHOM, "ui", "--base-url", base_url, "--model", ADAPTER, "--port", str(port),
-                            "--tokenizer", str(tokenizer), "--max-turns", "1", "--trainer.max_completion_tokens", "32"],
-              logs / f"ui-{port}.log")
-    try:
-        ui.wait_http(f"http://127.0.0.1:{port}/", timeout_s=120)
-    except BaseException:
-        ui.stop()
-        raise
-    return ui, f"http://127.0.0.1:{port}/"
+    with supervisor(logs) as sup:
+        ui = sup.serve("ui", [FATHOM, "ui", "--base-url", base_url, "--model", ADAPTER, "--port", str(port),
+                              "--tokenizer", str(tokenizer), "--max-turns", "1", "--trainer.max_completion_tokens",
+                              "32"], f"http://127.0.0.1:{port}/", START_TIMEOUT_S)
+        yield ui.log_path, f"http://127.0.0.1:{port}/"
 
 
 def _run_example(page, url: str) -> None:
@@ -62,9 +62,8 @@ def _run_example(page, url: str) -> None:
 def test_an_episode_on_the_adapter_runs_to_its_end(vllm_server, adapter_on_vllm, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    ui, url = _ui(tmp_path, vllm_server.base_url, vllm_server.model_dir)
     errors: list[str] = []
-    try:
+    with _ui(tmp_path, vllm_server.base_url, vllm_server.model_dir) as (log, url):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
             try:
@@ -78,10 +77,8 @@ def test_an_episode_on_the_adapter_runs_to_its_end(vllm_server, adapter_on_vllm,
                 assert "(wrong)" in page.inner_text("#result [data-kind=reward]")  # a random model scores, wrongly
             finally:
                 browser.close()
-    finally:
-        ui.stop()
     assert not errors, errors
-    assert not [x for x in ui.log.read_text().splitlines() if x.startswith("warning:")]
+    assert not [x for x in log.read_text().splitlines() if x.startswith("warning:")]
 
 
 def test_a_runtime_that_cannot_start_reaches_the_page_and_the_console(vllm_server, adapter_on_vllm, tmp_path):
@@ -93,8 +90,7 @@ def test_a_runtime_that_cannot_start_reaches_the_page_and_the_console(vllm_serve
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(vllm_server.model_dir / f, wrong / f)
     (wrong / "chat_template.jinja").write_text("Conversation:\n" + (wrong / "chat_template.jinja").read_text())
-    ui, url = _ui(tmp_path, vllm_server.base_url, wrong)
-    try:
+    with _ui(tmp_path, vllm_server.base_url, wrong) as (log, url):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
             try:
@@ -110,7 +106,5 @@ def test_a_runtime_that_cannot_start_reaches_the_page_and_the_console(vllm_serve
                 assert "chat template or tokenizer differs" in toast.inner_text()
             finally:
                 browser.close()
-    finally:
-        ui.stop()
-    warnings = [x for x in ui.log.read_text().splitlines() if x.startswith("warning:")]
+    warnings = [x for x in log.read_text().splitlines() if x.startswith("warning:")]
     assert warnings and "chat template or tokenizer differs" in warnings[0], warnings

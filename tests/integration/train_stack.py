@@ -20,7 +20,7 @@ from typing import Iterator
 
 import httpx
 
-from tests.integration.env_server_stack import FATHOM, Proc
+from tests.integration.env_server_stack import FATHOM, START_TIMEOUT_S, supervisor
 from tests.ports import free_port
 
 
@@ -104,13 +104,11 @@ def merged_stack(tmp: Path, vllm_url: str, served_model: str, *, tokenizer: Path
         f'[tasks.reward]\ntoken_budget_scale = {token_budget_scale}\n'
         f'{extra_toml}'
     )
-    procs = [Proc("capture proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)], tmp / "proxy.log"),
-             Proc("env server", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
-                  tmp / "env.log")]
-    try:
-        procs[0].wait_http(f"{proxy_url}/metrics")
-        procs[1].wait_http(f"{env_url}/health")
+    with supervisor(tmp) as sup:
+        proxy = sup.spawn("proxy", [FATHOM, "proxy", "serve", "--config", str(cfg)], f"{proxy_url}/metrics",
+                          server=True)
+        env = sup.spawn("env", [FATHOM, "env", "serve", "--config", str(cfg), "--log-level", "warning"],
+                        f"{env_url}/health", server=True)
+        sup.wait_healthy(proxy, START_TIMEOUT_S)  # both started first: they start side by side
+        sup.wait_healthy(env, START_TIMEOUT_S)
         yield TrainStack(vllm_url, proxy_url, env_url, served_model, cfg)
-    finally:
-        for p in reversed(procs):
-            p.stop()

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 
 from tests.integration.capture_proxy.servers import free_port
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.integration.env_server_stack import supervisor
 
 
 def test_proxy_serve_from_config(tmp_path, engine):
@@ -23,40 +17,29 @@ def test_proxy_serve_from_config(tmp_path, engine):
         f'[capture_proxy]\nport = {port}\nupstream_url = "{engine[1].url}"\n'
         '[policy_server]\nserved_model_name = "fake-base"\n'
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fathom.entrypoints.cli", "proxy", "serve", "--config", str(cfg),
-         "--capture_proxy.default_max_calls", "3"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "proxy did not come up"
-            time.sleep(0.2)
-        r = httpx.post(f"http://127.0.0.1:{port}/sessions", json={})
+    url = f"http://127.0.0.1:{port}"
+    with supervisor(tmp_path / "logs") as sup:
+        sup.serve("proxy", [sys.executable, "-m", "fathom.entrypoints.cli", "proxy", "serve", "--config", str(cfg),
+                            "--capture_proxy.default_max_calls", "3"], f"{url}/healthz", 60)
+        r = httpx.post(f"{url}/sessions", json={})
         assert r.status_code == 201 and r.json()["model"] == "fake-base"
         sid = r.json()["session_id"]
         for _ in range(3):
-            httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers={"x-api-key": sid},
+            httpx.post(f"{url}/v1/chat/completions", headers={"x-api-key": sid},
                        json={"model": "policy", "messages": [{"role": "user", "content": "x"}]})
-        assert httpx.get(f"http://127.0.0.1:{port}/sessions/{sid}").json()["calls"] == 3
-        over = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers={"x-api-key": sid},
+        assert httpx.get(f"{url}/sessions/{sid}").json()["calls"] == 3
+        over = httpx.post(f"{url}/v1/chat/completions", headers={"x-api-key": sid},
                           json={"model": "policy", "messages": [{"role": "user", "content": "x"}]})
         assert over.status_code == 429  # the override reached the config
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
 
 
 def test_proxy_serve_bad_config_names_the_field(tmp_path):
+    """In-process (Typer's runner): the config is refused before anything starts."""
+    from typer.testing import CliRunner
+
+    from fathom.entrypoints.cli import app
+
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[capture_proxy]\nupstream_timeout_s = -1\n")
-    out = subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", "proxy", "serve", "--config", str(cfg)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0 and "capture_proxy.upstream_timeout_s" in out.stderr
+    out = CliRunner().invoke(app, ["proxy", "serve", "--config", str(cfg)])
+    assert out.exit_code != 0 and "capture_proxy.upstream_timeout_s" in out.stderr, out.output

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections import namedtuple
 from pathlib import Path
@@ -76,13 +75,16 @@ def test_a_cpu_torch_is_named_with_the_fix():
 
 
 def test_doctor_gpu_exits_1_naming_what_is_missing(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=f"{tmp_path}:{os.environ['PATH']}")
+    """In-process (Typer's runner, a fake nvidia-smi first on PATH): the checks themselves run their subprocesses."""
+    from typer.testing import CliRunner
+
+    from fathom.entrypoints.cli import app
+
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho '570.86.15, NVIDIA A100-SXM4-80GB, 81920 MiB'\n")
     (tmp_path / "nvidia-smi").chmod(0o755)
-    r = subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", "doctor", "--gpu", "-c",
-                        "configs/qwen1.5b-a100.toml", "--policy_server.vllm_python", "/nonexistent/python",
-                        "--launch.bucket_dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                       env=env)
-    assert r.returncode == 1
+    r = CliRunner(env={"PATH": f"{tmp_path}:{os.environ['PATH']}"}).invoke(
+        app, ["doctor", "--gpu", "-c", str(ROOT / "configs/qwen1.5b-a100.toml"), "--policy_server.vllm_python",
+              "/nonexistent/python", "--launch.bucket_dir", str(tmp_path)])
+    assert r.exit_code == 1, r.output
     assert "570.86.15 on NVIDIA A100-SXM4-80GB" in r.stdout and "older than 580" in r.stdout
     assert "not ready for a GPU job: driver" in r.stderr and "vllm" in r.stderr and "bucket" not in r.stderr

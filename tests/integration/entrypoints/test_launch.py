@@ -199,24 +199,27 @@ def test_each_split_says_what_its_score_is_for() -> None:
     assert "choosing" in split_use("test") and "never choose" in split_use("heldout")
 
 
-def _dry_run(*overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", "launch", "configs/qwen1.5b-a100.toml",
-                           "--dry-run", *overrides], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+def _dry_run(*overrides: str):
+    """`fathom launch --dry-run` in-process (Typer's runner): it only computes and prints the plan."""
+    from typer.testing import CliRunner
+
+    from fathom.entrypoints.cli import app
+
+    return CliRunner().invoke(app, ["launch", str(ROOT / "configs/qwen1.5b-a100.toml"), "--dry-run", *overrides])
 
 
 def test_the_a100_dry_run_shows_the_one_gpu_sync_and_refuses_the_impossible_ones() -> None:
     out = _dry_run()
-    assert out.returncode == 0, out.stderr
+    assert out.exit_code == 0, out.output
     first = out.stdout.splitlines()[0]
     assert first.startswith("weight sync: merged by disk reload") and "trainer on cuda:0, vLLM on cuda:0" in first
     nccl = _dry_run("--policy_server.merged_sync", "nccl")
-    assert nccl.returncode != 0 and not nccl.stdout
+    assert nccl.exit_code != 0 and not nccl.stdout
     assert all(f in nccl.stderr for f in ("policy_server.cuda_device", "trainer.cuda_device", "merged_sync = 'disk'"))
     assert "merged over NCCL" in _dry_run("--policy_server.merged_sync", "nccl", "--trainer.cuda_device", "1").stdout
     # adapter sync: TRL needs max_staleness + 2 adapter slots (select_adapter_sync); a100 sets max_staleness 4
     short = _dry_run("--policy_server.weight_sync", "adapter", "--policy_server.max_loras", "5")
-    assert short.returncode != 0 and "policy_server.max_loras (5)" in short.stderr and "trainer.max_staleness" in short.stderr
+    assert short.exit_code != 0 and "policy_server.max_loras (5)" in short.stderr and "trainer.max_staleness" in short.stderr
     assert "weight sync: adapter" in _dry_run("--policy_server.weight_sync", "adapter", "--policy_server.max_loras",
                                               "6").stdout
 

@@ -66,6 +66,31 @@ def test_servers_and_grandchildren_stop_on_exit(tmp_path: Path) -> None:
     assert "server up" in (tmp_path / "logs" / "policy.log").read_text()
 
 
+def test_stop_by_name_stops_that_server_and_its_group_only(tmp_path: Path) -> None:
+    """`stop(name)` (tests and benchmarks stop one server mid-run): that child's group goes, the others stay."""
+    with Supervisor(tmp_path / "logs", poll_s=0.05) as sup:
+        proxy, proxy_grandchild = _start_server(sup, tmp_path, "proxy")
+        env, env_grandchild = _start_server(sup, tmp_path, "env")
+        assert sup.child("proxy") is proxy
+        sup.stop("proxy")
+        assert _gone(proxy.proc.pid) and _gone(proxy_grandchild)
+        assert env.alive() and _alive(env_grandchild)
+        assert [c.name for c in sup.children] == ["env"]
+        with pytest.raises(LaunchError, match=r"no child called 'proxy' is running \(running: \['env'\]\)"):
+            sup.stop("proxy")
+    assert _gone(env.proc.pid) and _gone(env_grandchild)
+
+
+def test_a_childs_own_environment_adds_to_the_supervisors(tmp_path: Path) -> None:
+    show = "import os; print(os.environ['FATHOM_T_SHARED'], os.environ.get('FATHOM_T_OWN', '-'))"
+    with Supervisor(tmp_path / "logs", env=os.environ | {"FATHOM_T_SHARED": "shared"}, poll_s=0.05) as sup:
+        sup.run_stage("plain", [sys.executable, "-c", show])
+        own = sup.spawn("own", [sys.executable, "-c", show], env={"FATHOM_T_OWN": "own"})
+        assert own.proc.wait(timeout=30) == 0
+    assert (tmp_path / "logs" / "plain.log").read_text().split() == ["shared", "-"]
+    assert (tmp_path / "logs" / "own.log").read_text().split() == ["shared", "own"]
+
+
 def test_what_a_stage_leaves_behind_is_stopped_with_it(tmp_path: Path) -> None:
     # A stage that exits while a child it started ignores SIGTERM (as TRL's rollout child did) leaves no orphan.
     pidfile = tmp_path / "left"
