@@ -52,6 +52,11 @@ class TrainerConfig(FathomModel):
     """Real tokens packed into one forward row (TRL's token-budget batcher). TRL's default, vLLM's max_model_len,
     packed 75 samples into one row on CPU and took 159 s for 4,060 tokens; a small row keeps attention cheap."""
 
+    share_prefix: bool = True
+    """Forward the prompt a row's samples share once instead of once per sample (`trainer/prefix_tree.py`): same
+    loss, fewer forwarded tokens (bench/shared_prefix.py). Takes effect only with the sdpa attention (always the case
+    on CPU); FlashAttention reads packed rows as flat sequences, so with it rows are packed whole."""
+
     gradient_accumulation_steps: int = Field(1, ge=1)
     """Micro-batches (rows of up to token_budget tokens) per optimizer step."""
 

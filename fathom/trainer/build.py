@@ -135,10 +135,12 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     t, ps = cfg.trainer, cfg.policy_server
     if ps.device == "cuda" and not cuda:
         raise TrainerDeviceError(no_cuda_reason(torch))
+    attn = cpu_compat.SEGMENT_SDPA
     if not cpu_compat.apply():
         from fathom.trainer import attention
 
-        attention.install(attention.choose(t.attention, cuda=cuda))
+        attn = attention.choose(t.attention, cuda=cuda)
+        attention.install(attn)
     run_dir = Path(run_dir or cfg.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     rollouts_path = run_dir / "rollouts.jsonl"
@@ -192,6 +194,10 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
     if transfer is not None:  # adapter sync serves each version under a new name; the probe reads merged syncs
         trainer.served_probe = ServedProbe(vllm_url=endpoints.vllm_url, model=ps.served_model_name)
     trainer.sft_anchor = anchor
+    if t.share_prefix and attn == cpu_compat.SEGMENT_SDPA:  # the one attention that reads a shared-prefix row
+        from fathom.trainer.prefix_tree import share_row
+
+        trainer.share_row = share_row
     if t.init_adapter:
         from fathom.trainer.adapters import load_init_adapter
 

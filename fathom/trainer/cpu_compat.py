@@ -5,6 +5,7 @@ TRL assumes CUDA in three places:
    (below): TRL's padding-free rows hold several sequences, `position_ids` resetting at each, and it runs
    causal SDPA on each sequence alone. transformers' own `sdpa` builds a block-diagonal [row, row] mask from
    those resets instead, and that masked SDPA made LoRA fwd+bwd 2.2-2.8x slower on CPU (bench/attention.py).
+   It also reads shared-prefix rows (`prefix_tree.py`: a branch attends to the prompt it shares, forwarded once).
 2. `get_peak_flops_per_device` calls `torch.cuda`; on CPU it returns `CPU_PEAK_FLOPS`.
 3. The chunked log-prob kernel is Triton-only (and Triton is absent from CPU wheels); on CPU the fused
    LM head calls `TorchChunkedLogProb`, the same signature and outputs in plain torch.
@@ -20,6 +21,7 @@ import importlib.util
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from fathom.trainer.prefix_tree import tree_runs
 from fathom.trl_compat import TRL_VERSION, TrlVersionError, check_trl_version
 
 CPU_PEAK_FLOPS = {"float32": 236e9, "bfloat16": 1409e9}
@@ -122,16 +124,31 @@ class TorchChunkedLogProb:
 
 
 def segment_bounds(position_ids: torch.Tensor) -> list[int]:
-    """Where each packed sequence of one row starts, plus the row's length: a sequence starts at 0 and wherever
-    the position does not follow the one before it."""
-    starts = torch.nonzero(position_ids[1:] != position_ids[:-1] + 1).flatten() + 1
-    return [0, *starts.tolist(), position_ids.shape[0]]
+    """Where each run of one row starts (a sequence, or a branch of a shared-prefix row), plus the row's length: a run
+    starts at 0 and wherever the position does not follow the one before it."""
+    return [s for s, _, _ in tree_runs(position_ids)] + [position_ids.shape[0]]
+
+
+_paths: list = [None, None]
+"""The last row's position ids and its runs with their key indices: every layer of one forward asks for the same."""
+
+
+def _row_paths(position_ids: torch.Tensor) -> list[tuple[int, int, torch.Tensor | None]]:
+    cached, paths = _paths
+    if cached is not None and cached.shape == position_ids.shape and torch.equal(cached, position_ids):
+        return paths
+    paths = [(s, e, torch.tensor([*anc, *range(s, e)], device=position_ids.device) if anc else None)
+             for s, e, anc in tree_runs(position_ids)]
+    _paths[:] = [position_ids.clone(), paths]
+    return paths
 
 
 def segment_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """Causal attention of padding-free rows, one packed sequence at a time; the same result as a block-diagonal
-    causal mask. Query/key/value are [batch, heads, tokens, head_dim]; returns [batch, tokens, heads, head_dim]
-    like transformers' attention functions. Rows with padding are refused: TRL's trainer never sends them."""
+    """Causal attention of padding-free rows, one run at a time (`prefix_tree.tree_runs`): a packed sequence attends
+    to itself causally, the same result as a block-diagonal causal mask; a branch of a shared-prefix row attends to
+    its ancestors' keys and causally to itself. Query/key/value are [batch, heads, tokens, head_dim]; returns
+    [batch, tokens, heads, head_dim] like transformers' attention functions. Rows with padding are refused: TRL's
+    trainer never sends them."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if attention_mask is not None:
@@ -142,10 +159,15 @@ def segment_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling
         return sdpa_attention_forward(module, query, key, value, None, dropout, scaling, is_causal=True)
     rows = []
     for b in range(query.shape[0]):
-        bounds = segment_bounds(position_ids[b] if position_ids.shape[0] > 1 else position_ids[0])
-        parts = [sdpa_attention_forward(module, query[b:b + 1, :, s:e], key[b:b + 1, :, s:e], value[b:b + 1, :, s:e],
-                                        None, dropout, scaling, is_causal=True)[0]
-                 for s, e in zip(bounds, bounds[1:])]
+        parts = []
+        for s, e, keys in _row_paths(position_ids[b] if position_ids.shape[0] > 1 else position_ids[0]):
+            q = query[b:b + 1, :, s:e]
+            if keys is None:
+                k, v, mask = key[b:b + 1, :, s:e], value[b:b + 1, :, s:e], None
+            else:  # query i of the run sees every ancestor and the run up to itself
+                k, v = key[b:b + 1].index_select(2, keys), value[b:b + 1].index_select(2, keys)
+                mask = torch.ones(e - s, len(keys), dtype=torch.bool, device=q.device).tril(len(keys) - (e - s))
+            parts.append(sdpa_attention_forward(module, q, k, v, mask, dropout, scaling, is_causal=mask is None)[0])
         rows.append(torch.cat(parts, dim=1))
     return torch.cat(rows, dim=0), None
 

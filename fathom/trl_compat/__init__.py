@@ -11,9 +11,10 @@ contract test (tests/unit/trl_compat/) that fails when a TRL upgrade changes it.
   `_metrics_queue`); the worker's `_loop_cls` and `_process`.
 - `trainer.py` (imported by the trainer): `_iter_vllm_named_params` (the names vLLM loads weights under);
   `weight_transfer._HAS_STATEFUL_TRAINER_ENGINE`; the trainer's `_sync_weight` and `_metrics`, and the
-  `_get_output_dir` / `_save_checkpoint` it inherits from transformers; the rollout collator's packing order; and
-  four patched globals: `get_peak_flops_per_device`, `create_model_from_path` (both in
-  `async_grpo_trainer`), `trl.trainer.utils._ChunkedLogProbFunction`, and `async_rollout_worker.is_vllm_available`.
+  `_get_output_dir` / `_save_checkpoint` it inherits from transformers; the rollout collator's packing order and
+  its per-token batch keys (`TOKEN_KEYS`, cut for shared-prefix rows); and four patched globals:
+  `get_peak_flops_per_device`, `create_model_from_path` (both in `async_grpo_trainer`),
+  `trl.trainer.utils._ChunkedLogProbFunction`, and `async_rollout_worker.is_vllm_available`.
 
 The package imports nothing else from fathom, so both the rollout worker and the trainer may import it.
 """

@@ -11,6 +11,8 @@ rollout collator, and the module globals FATHOM replaces (see the package docstr
   metrics (so it is not logged) and adds a float tensor shaped like `input_ids`, each sample's tokens holding its
   value, padding NaN. That is how a per-sample fact reaches `compute_loss`, where the packed batch no longer says
   which token came from which sample.
+- `share_row` packs each row with a shared prefix (a group's prompt forwarded once): the collator drops what the
+  row already holds from every per-token tensor (`rollout_collator`, `drop_shared`).
 """
 
 from __future__ import annotations
@@ -73,16 +75,33 @@ def replace_hub_attention(attn_implementation: str) -> None:
     agt.create_model_from_path = create_model_from_path
 
 
-def per_token_collator(base: type, per_token: dict[str, str]) -> type:
-    """A subclass of TRL's rollout collator `base` that adds, per `metric key -> batch key` of `per_token`, a float
-    tensor shaped like the packed `input_ids` (module docstring). A sample without the key gets NaN."""
+TOKEN_KEYS = ("input_ids", "attention_mask", "completion_mask", "old_log_probs", "position_ids", "advantages")
+"""The per-token tensors of TRL's collated batch; `global_n_tokens`, `global_n_forward_tokens` and `mean_seq_len` are
+per rank."""
 
-    class PerTokenCollator(base):
+ShareRow = Callable[[list[Any]], tuple[list[Any], list[int]]]
+"""A row's samples -> (the samples in the order to pack them, how many leading tokens each drops)."""
+
+
+def rollout_collator(base: type, per_token: dict[str, str], share: ShareRow | None = None) -> type:
+    """A subclass of TRL's rollout collator `base` that
+    - adds, per `metric key -> batch key` of `per_token`, a float tensor shaped like the packed `input_ids` (module
+      docstring); a sample without the key gets NaN;
+    - with `share`, packs each row's samples in `share`'s order and leaves out the leading tokens `share` says each
+      drops from every per-token tensor (a prefix the row already holds: see `fathom.trainer.prefix_tree`), with the
+      forwarded-token count TRL's throughput and MFU read cut to match, and `batch/shared_prefix_frac` logged (the
+      share of sample tokens not forwarded)."""
+
+    class RolloutCollator(base):
         def torch_call(self, examples: list[Any]) -> dict[str, Any]:
             (rows,) = examples  # one micro-batch, already split into one list of samples per packed row
+            drops = None
+            if share is not None:
+                shared = [share(row) for row in rows]
+                rows, drops = [r for r, _ in shared], [d for _, d in shared]
             values = {batch_key: [[ex["metrics"].pop(key, float("nan")) for ex in row] for row in rows]
                       for key, batch_key in per_token.items()}
-            batch = super().torch_call(examples)
+            batch = super().torch_call([rows])
             width = batch["input_ids"].shape[1]
             for batch_key, per_row in values.items():
                 out = torch.full((len(rows), width), float("nan"))
@@ -93,15 +112,46 @@ def per_token_collator(base: type, per_token: dict[str, str]) -> type:
                         out[i, at:at + n] = float(v)
                         at += n
                 batch[batch_key] = out
+            if drops is not None:
+                raw = sum(len(ex["input_ids"]) for row in rows for ex in row)
+                forwarded = drop_shared(batch, rows, drops, {"input_ids": self.pad_token_id,
+                                                             **dict.fromkeys(per_token.values(), float("nan"))})
+                self.metrics["batch/shared_prefix_frac"].append((float(raw - forwarded), float(raw)))
             return batch
 
-    return PerTokenCollator
+    return RolloutCollator
+
+
+def drop_shared(batch: dict[str, Any], rows: list[list[Any]], drops: list[list[int]], pads: dict[str, float]) -> int:
+    """Leave each sample's first `drops` tokens out of the batch's per-token tensors (TOKEN_KEYS and those in `pads`),
+    re-padded with `pads` (0 for the rest), and set the per-rank forwarded-token figures to what is left; returns
+    the number of tokens left."""
+    keeps = [torch.tensor([i >= d for ex, d in zip(row, ds) for i in range(len(ex["input_ids"]))], dtype=torch.bool)
+             for row, ds in zip(rows, drops)]
+    width = max(int(k.sum()) for k in keeps)
+    for key in dict.fromkeys([*TOKEN_KEYS, *pads]):
+        old = batch[key]
+        new = torch.full((len(rows), width), pads.get(key, 0), dtype=old.dtype)
+        for i, keep in enumerate(keeps):
+            kept = old[i, :len(keep)][keep]
+            new[i, :len(kept)] = kept
+        batch[key] = new
+    forwarded = sum(int(k.sum()) for k in keeps)
+    samples = sum(len(row) for row in rows)
+    # TRL counts samples as forwarded tokens / mean_seq_len, so both shrink together
+    batch["global_n_forward_tokens"] = torch.full_like(batch["global_n_forward_tokens"], float(forwarded))
+    batch["mean_seq_len"] = torch.full_like(batch["mean_seq_len"], forwarded / samples)
+    return forwarded
 
 
 class GRPOTrainerBase(AsyncGRPOTrainer):
     """TRL's AsyncGRPOTrainer with the hooks of the module docstring (the defaults are TRL's behaviour)."""
 
     per_token_metrics: dict[str, str] = {}
+
+    share_row: ShareRow | None = None
+    """When set, rows are packed with a shared prefix (`rollout_collator`); the model's attention must read the tree
+    from the position ids (`fathom.trainer.cpu_compat.segment_sdpa` does, FlashAttention does not)."""
 
     def before_weight_sync(self) -> None:
         pass
@@ -131,16 +181,16 @@ class GRPOTrainerBase(AsyncGRPOTrainer):
         self.after_weight_sync()
 
     def get_train_dataloader(self):
-        if not self.per_token_metrics:
+        if not self.per_token_metrics and self.share_row is None:
             return super().get_train_dataloader()
         # TRL builds its collator inside get_train_dataloader by this module-level name; the swap lasts the call.
         original = agt.DataCollatorForRollout
-        agt.DataCollatorForRollout = per_token_collator(original, self.per_token_metrics)
+        agt.DataCollatorForRollout = rollout_collator(original, self.per_token_metrics, self.share_row)
         try:
             return super().get_train_dataloader()
         finally:
             agt.DataCollatorForRollout = original
 
 
-__all__ = ["GRPOTrainerBase", "has_nccl_weight_transfer", "patch_chunked_logprob", "patch_peak_flops",
-           "per_token_collator", "replace_hub_attention", "skip_vllm_guard", "vllm_named_params"]
+__all__ = ["TOKEN_KEYS", "GRPOTrainerBase", "ShareRow", "drop_shared", "has_nccl_weight_transfer",
+           "patch_chunked_logprob", "patch_peak_flops", "rollout_collator", "replace_hub_attention", "skip_vllm_guard", "vllm_named_params"]

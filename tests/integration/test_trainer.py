@@ -180,6 +180,8 @@ def test_mismatch_below_1e_3_in_fp32(trained):
     # on-policy tokens only; step 1 always has them (batches after it are formed one step ahead, see grpo.py)
     assert values and max(values) < 1e-3
     assert rows[0]["mismatch/on_policy_token_frac"] == 1.0
+    # ... with each row's shared prompt forwarded once (trainer.share_prefix, on by default on CPU)
+    assert any(row.get("batch/shared_prefix_frac", 0) > 0 for row in rows)
     # every sample carries whether its turns span a weight sync (those never count on-policy)
     assert all(0.0 <= row["sample/policy_versions_mixed"] <= 1.0 for row in rows)
 

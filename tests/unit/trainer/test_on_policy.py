@@ -9,7 +9,7 @@ from trl.experimental.async_grpo.async_grpo_trainer import DataCollatorForRollou
 
 from fathom.rollout_worker.groups import POLICY_VERSION
 from fathom.trainer.grpo import VERSION_KEY, FathomGRPOTrainer
-from fathom.trl_compat.trainer import per_token_collator
+from fathom.trl_compat.trainer import rollout_collator
 
 
 def _example(ids: list[int], version: float) -> dict:
@@ -19,7 +19,7 @@ def _example(ids: list[int], version: float) -> dict:
 
 
 def _on_policy(rows: list[list[dict]], trainer_version: int) -> list[list[bool]]:
-    collate = per_token_collator(DataCollatorForRollout, FathomGRPOTrainer.per_token_metrics)(pad_token_id=0,
+    collate = rollout_collator(DataCollatorForRollout, FathomGRPOTrainer.per_token_metrics)(pad_token_id=0,
                                                                                              num_processes=len(rows))
     batch = collate([rows])
     assert all(POLICY_VERSION not in ex["metrics"] for row in rows for ex in row)  # taken out: never logged

@@ -19,7 +19,7 @@ from trl.experimental.async_grpo import openenv_harness as oh
 from fathom.trl_compat import TRL_VERSION, check_trl_version
 from fathom.trl_compat.rollout import (ROLLOUT_REWARD, ROLLOUT_ROWS, ROW_TASK, HarnessLoop, HarnessWorker, chain_trace,
                                       tasks_of)
-from fathom.trl_compat.trainer import GRPOTrainerBase, per_token_collator, vllm_named_params
+from fathom.trl_compat.trainer import GRPOTrainerBase, rollout_collator, vllm_named_params
 
 
 def _params(fn) -> list[str]:
@@ -244,7 +244,7 @@ def test_the_trainer_syncs_in_sync_weight_and_logs_into_its_metrics_window():
 
 def test_the_rollout_collator_is_built_by_name_and_packs_samples_in_order():
     assert "DataCollatorForRollout(" in inspect.getsource(agt.AsyncGRPOTrainer.get_train_dataloader)
-    collate = per_token_collator(agt.DataCollatorForRollout, {"v": "v_tokens"})(pad_token_id=0, num_processes=2)
+    collate = rollout_collator(agt.DataCollatorForRollout, {"v": "v_tokens"})(pad_token_id=0, num_processes=2)
 
     def ex(ids, v):
         return {"input_ids": ids, "completion_mask": [1] * len(ids), "old_log_probs": [0.0] * len(ids),
@@ -294,3 +294,61 @@ def test_checkpoints_are_written_under_get_output_dir_by_save_checkpoint(tmp_pat
     finally:
         agt.AsyncGRPOTrainer._save_checkpoint = original
     assert seen == [str(tmp_path), f"{tmp_path}/staging"]  # the run's directory to the hook, the staged one to TRL
+
+
+def _loss_and_grads(trainer, model, batch):
+    model.zero_grad()
+    loss = agt.AsyncGRPOTrainer.compute_loss(trainer, model, batch)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_shared_prefix_batch_gives_trls_loss_the_flat_batchs_loss_and_gradients():
+    """The batch keys `drop_shared` cuts (TOKEN_KEYS) are all the per-token tensors TRL's compute_loss reads: on the
+    shared-prefix batch it takes the same loss and gradients as on the flat one, from fewer forwarded tokens."""
+    from collections import defaultdict
+
+    from accelerate import Accelerator
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from fathom.trainer import cpu_compat
+    from fathom.trainer.prefix_tree import share_row
+    from fathom.trl_compat.trainer import TOKEN_KEYS
+
+    cpu_compat.apply(force=True)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64, attn_implementation=cpu_compat.SEGMENT_SDPA)
+    model = LlamaForCausalLM(cfg).double()
+    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
+    trainer = object.__new__(agt.AsyncGRPOTrainer)
+    trainer.model, trainer.accelerator, trainer.aux_loss_enabled = model, Accelerator(cpu=True), False
+    trainer.epsilon_low = trainer.epsilon_high = 0.2
+    trainer.current_gradient_accumulation_steps = 1
+    trainer._metrics = {"train": defaultdict(list)}
+    for name in ("forward_tokens", "trained_tokens", "seq_len_weighted", "samples", "forward_s"):
+        setattr(trainer, f"_step_{name}", 0.0)
+
+    def ex(completion: list[int], advantage: float) -> dict:
+        prompt = [5, 6, 7, 8, 9, 10]
+        n = len(prompt) + len(completion)
+        return {"input_ids": prompt + completion, "completion_mask": [0] * len(prompt) + [1] * len(completion),
+                "old_log_probs": [-4.5] * n, "advantage": advantage, "group_id": 0, "metrics": {"reward": 1.0}}
+
+    got, metrics = {}, defaultdict(list)
+    for share in (None, share_row):
+        rows = [[ex([11, 12, 13], 1.0), ex([14, 15], -1.0)], [ex([16], 0.5), ex([17, 18], -0.5), ex([19], 1.0)]]
+        batch = rollout_collator(agt.DataCollatorForRollout, {}, share)(pad_token_id=0, num_processes=2,
+                                                                       metrics=metrics)([rows])
+        assert set(TOKEN_KEYS) == {k for k, v in batch.items() if v.shape == batch["input_ids"].shape}
+        # one process: each row is scored as the rank it is dispatched to would score it
+        got[share] = [_loss_and_grads(trainer, model, {k: v[i:i + 1] if v.shape == batch["input_ids"].shape else v
+                                                       for k, v in batch.items()}) for i in range(2)]
+        got[share, "forwarded"] = batch["global_n_forward_tokens"][0].item()
+    assert got[share_row, "forwarded"] == got[None, "forwarded"] - 5 - 2 * 5  # the prompt once per row, bar one token
+    assert metrics["batch/shared_prefix_frac"] == [(15.0, 39.0)]
+    for (flat_loss, flat_grads), (loss, grads) in zip(got[None], got[share_row]):
+        assert torch.allclose(loss, flat_loss, atol=1e-6)
+        for a, b in zip(grads, flat_grads):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
