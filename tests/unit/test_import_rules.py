@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "ui": {"policy_server.served", "env_server.server", "stack.inproc", "tasks", "protocol", "config"},
     # Supervised server stacks and the main job's plan: the plan checks the split, the SFT phrasings and the
     # anchor rows before any server starts; the SFT teacher's recordings run a proxy and the teacher in-process.
-    "stack": {"policy_server.launch", "policy_server.served", "trainer.anchor", "trainer.sft_record",
+    "stack": {"policy_server.launch", "policy_server.served", "trainer.anchor", "trainer.merged_dir", "trainer.sft_record",
               "capture_proxy.app", "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol",
               "config"},
     "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env", "config"},
