@@ -142,8 +142,10 @@ def sync_line(cfg) -> str:
     elif backend == "nccl":
         how = "merged over NCCL (TRL's weight transfer, vLLM --weight-transfer-config nccl)"
     else:
-        where_dir = ("tmpfs when /dev/shm has room for two copies, else " + str(cfg.run_dir / "merged")
-                     if ps.merged_dir == "auto" else ps.merged_dir or cfg.run_dir / "merged")
+        from fathom.trainer.merged_dir import AUTO, tmpfs_dir
+
+        where_dir = (f"{tmpfs_dir(cfg.run_dir, cfg.run_name)} when tmpfs has room for two copies, else "
+                     f"{cfg.run_dir / 'merged'}" if ps.merged_dir == AUTO else ps.merged_dir or cfg.run_dir / "merged")
         how = (f"merged by disk reload (safetensors under {where_dir}, "
                "vLLM reload_weights through /collective_rpc)")
     return f"weight sync: {how}; {where}"

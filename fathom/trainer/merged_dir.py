@@ -50,13 +50,27 @@ def tmpfs_dir(run_dir: str | Path, run_name: str, shm: Path | None = None) -> Pa
     return shm / f"fathom-{run_name}-{digest}"
 
 
+def mem_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """MemAvailable in bytes, or None where the kernel does not say."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def choose(setting: str, run_dir: str | Path, run_name: str, need_bytes: int, shm: Path | None = None,
-           usage: Callable[[Path], shutil._ntuple_diskusage] = shutil.disk_usage) -> MergedDir:
+           usage: Callable[[Path], shutil._ntuple_diskusage] = shutil.disk_usage,
+           available: Callable[[], int | None] | None = None) -> MergedDir:
     """The folder for `policy_server.merged_dir = setting`, given the merged state dict's size in bytes.
 
     A path is used as given; empty means `<run dir>/merged`. "auto" takes the tmpfs folder when `shm` exists and
     its free space holds two copies (the one vLLM serves and the one being written) plus `MARGIN_BYTES`; the
-    folder's own files count as free, since they are pruned as new ones come."""
+    folder's own files count as free, since they are pruned as new ones come. tmpfs pages are memory that is
+    never written back (no swap here), and a tmpfs is usually sized at half or all of RAM whatever else runs, so
+    the room is the smaller of its free space and the memory the kernel says is available."""
     fallback, shm = Path(run_dir) / "merged", SHM if shm is None else shm
     if setting != AUTO:
         return MergedDir(Path(setting) if setting else fallback, tmpfs=False)
@@ -65,10 +79,12 @@ def choose(setting: str, run_dir: str | Path, run_name: str, need_bytes: int, sh
                          f"merged weights go to {fallback} on disk (slower to write than tmpfs)")
     path = tmpfs_dir(run_dir, run_name, shm)
     need = 2 * need_bytes + MARGIN_BYTES
-    free = usage(shm).free + _size(path)
+    mem = (available or mem_available)()
+    free = min(usage(shm).free, mem if mem is not None else usage(shm).free) + _size(path)
     if free < need:
         return MergedDir(fallback, tmpfs=False, note=(
-            f"policy_server.merged_dir = 'auto': {shm} has {free / 2**20:.0f} MiB free, less than the "
+            f"policy_server.merged_dir = 'auto': {shm} has {free / 2**20:.0f} MiB free (its free space or the "
+            f"available memory, the smaller), less than the "
             f"{need / 2**20:.0f} MiB two merged copies of {need_bytes / 2**20:.0f} MiB need, so merged weights go "
             f"to {fallback} on disk; free {shm}, or set policy_server.merged_dir to a local folder to silence this"))
     return MergedDir(path, tmpfs=True)

@@ -6,14 +6,22 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from fathom.config import load_config
-from fathom.trainer.merged_dir import MARGIN_BYTES, choose, remove_tmpfs, tmpfs_dir
+from fathom.trainer import merged_dir
+from fathom.trainer.merged_dir import MARGIN_BYTES, choose, mem_available, remove_tmpfs, tmpfs_dir
 
 MIB = 2**20
 
 
 def free(n_bytes: int):
     return lambda _path: shutil._ntuple_diskusage(10**12, 10**12 - n_bytes, n_bytes)
+
+
+@pytest.fixture(autouse=True)
+def plenty_of_memory(monkeypatch):
+    monkeypatch.setattr(merged_dir, "mem_available", lambda: 10**15)  # the tests below size the tmpfs alone
 
 
 def test_auto_takes_tmpfs_when_it_holds_two_copies_and_the_margin(tmp_path):
@@ -41,6 +49,25 @@ def test_the_folders_own_files_count_as_free_space(tmp_path):
     (tmpfs_dir(run, "r", shm) / "merged-1-000001" / "model.safetensors").write_bytes(b"x" * 1000)
     assert choose("auto", run, "r", 1000, shm=shm, usage=free(1000 + MARGIN_BYTES)).tmpfs
     assert not choose("auto", run, "r", 1000, shm=shm, usage=free(999 + MARGIN_BYTES)).tmpfs
+
+
+def test_a_tmpfs_larger_than_the_available_memory_holds_only_what_memory_holds(tmp_path):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    need = 513 * MIB
+    room = 2 * need + MARGIN_BYTES
+    assert choose("auto", tmp_path, "r", need, shm=shm, usage=free(10**12), available=lambda: room).tmpfs
+    got = choose("auto", tmp_path, "r", need, shm=shm, usage=free(10**12), available=lambda: room - 1)
+    assert not got.tmpfs and "available memory" in got.note
+    # a kernel that does not say leaves the tmpfs's own free space to decide
+    assert choose("auto", tmp_path, "r", need, shm=shm, usage=free(room), available=lambda: None).tmpfs
+
+
+def test_mem_available_reads_meminfo(tmp_path):
+    (tmp_path / "meminfo").write_text("MemTotal:       24684000 kB\nMemAvailable:   10240 kB\n")
+    assert mem_available(tmp_path / "meminfo") == 10240 * 1024
+    (tmp_path / "meminfo").write_text("MemTotal:       24684000 kB\n")
+    assert mem_available(tmp_path / "meminfo") is None and mem_available(tmp_path / "missing") is None
 
 
 def test_auto_without_tmpfs_uses_the_run_dir_and_says_so(tmp_path):
