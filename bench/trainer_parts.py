@@ -94,7 +94,8 @@ class StepPrinter:
 
     KEYS = (("perf/step_s", "step {:.1f} s"), ("perf/rollout_wait_s", "rollout wait {:.1f} s"),
             ("perf/fwd_bwd_s", "fwd+bwd {:.1f} s"), ("perf/forwarded_tok_s_fwd_bwd", "fwd+bwd {:.1f} tok/s"),
-            ("perf/weight_sync_s", "sync {:.2f} s"), ("rollout/generated_tok_s", "rollouts {:.1f} tok/s"))
+            ("perf/weight_sync_s", "sync {:.2f} s"), ("perf/weight_sync_write_s", "of which write {:.2f} s"),
+            ("perf/weight_sync_reload_s", "reload {:.2f} s"), ("rollout/generated_tok_s", "rollouts {:.1f} tok/s"))
 
     QUIET_S = 60.0
     """With no step for this long, say how many rollouts have finished, so a slow step is seen to be moving."""

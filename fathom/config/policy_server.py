@@ -71,9 +71,13 @@ class PolicyServerConfig(FathomModel):
     `policy_server.cuda_device` and `trainer.cuda_device` differ on a CUDA config, else `disk`. docs/trainer.md
     says why one GPU uses the disk rather than vLLM's CUDA IPC engine."""
 
-    merged_dir: str = ""
-    """Where disk sync writes merged weights (empty: `<run dir>/merged`). Local disk, never a bucket mount: vLLM
-    reads the whole model from it at every sync."""
+    merged_dir: str = "auto"
+    """Where disk sync writes merged weights. `auto`: a tmpfs folder, `/dev/shm/fathom-<run>-<hash>`, when /dev/shm
+    (and the available memory: tmpfs is RAM) holds two copies of the merged state dict plus 256 MiB, else
+    `<run dir>/merged` with a warning; tmpfs writes the embedded model's 513 MiB in 0.2-0.5 s against 0.3-1.7 s
+    to disk (2 cores). `fathom launch` (or a standalone `fathom train`) removes the tmpfs folder when it stops.
+    Empty: `<run dir>/merged`. A path: that folder, on local disk or tmpfs, never a bucket mount: vLLM reads the
+    whole model from it at every sync."""
 
     cuda_device: int = 0
     """CUDA device vLLM runs on (its CUDA_VISIBLE_DEVICES); on a one-GPU machine both it and `trainer.cuda_device`

@@ -7,6 +7,7 @@ at import time, and heavy modules load inside the commands.
 from __future__ import annotations
 
 import os
+import signal
 
 import typer
 
@@ -26,10 +27,31 @@ def train(
     env_url: list[str] = typer.Option(None, help="Env server root; repeat to spread episodes over several "
                                                  "(default: env_server.urls, else env_server.host:port)."),
     progress: bool = typer.Option(True, help="Show a rich progress bar."),
+    keep_merged: bool = typer.Option(False, "--keep-merged", help="Leave the tmpfs folder of merged weights "
+                                     "(policy_server.merged_dir = 'auto') when training stops: `fathom launch` "
+                                     "passes it, since its eval-stage vLLM restart reloads them, and removes the "
+                                     "folder itself when it stops."),
 ) -> None:
     """Train the LoRA policy with TRL's AsyncGRPOTrainer on episodes the env server runs (servers must be up)."""
     passive_omp()
     cfg = config_from(ctx, config)
+    if keep_merged:
+        _train(cfg, resume, vllm_url, proxy_url, env_url, progress)
+        return
+    from fathom.trainer.merged_dir import remove_tmpfs
+    from fathom.unwind import sigterm_unwinds
+
+    old_term = sigterm_unwinds()  # so a SIGTERM, like Ctrl-C, reaches the `finally` that frees the tmpfs memory
+    try:
+        _train(cfg, resume, vllm_url, proxy_url, env_url, progress)
+    finally:
+        remove_tmpfs(cfg.policy_server.merged_dir, cfg.run_dir, cfg.run_name)
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _train(cfg, resume: bool, vllm_url: str | None, proxy_url: str | None, env_url: list[str] | None,
+           progress: bool) -> None:
     if cfg.policy_server.device != "cpu":  # before torch initialises CUDA in this process
         os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible(cfg.trainer.cuda_device)
     before = os.sched_getaffinity(0)

@@ -98,7 +98,8 @@ def plan(cfg, config_path: str, overrides: list[str]) -> list[Step]:
             if not anchor:
                 raise PlanError(str(missing_rows(t.sft_anchor_coef, start)))
             init += ["--trainer.sft_anchor_data", anchor]
-        steps.append(Step("stage", "grpo", [*fathom, "train", *common, *init]))
+        # The launcher, not the trainer, removes the tmpfs merged weights: its eval-stage vLLM restart reloads them.
+        steps.append(Step("stage", "grpo", [*fathom, "train", *common, *init, "--keep-merged"]))
     if "eval" in cfg.launch.stages:
         cores = cfg.launch.eval_policy_cores
         if cores and cores != cfg.policy_server.cpu_cores:
@@ -141,6 +142,10 @@ def sync_line(cfg) -> str:
     elif backend == "nccl":
         how = "merged over NCCL (TRL's weight transfer, vLLM --weight-transfer-config nccl)"
     else:
-        how = (f"merged by disk reload (safetensors under {ps.merged_dir or cfg.run_dir / 'merged'}, "
+        from fathom.trainer.merged_dir import AUTO, tmpfs_dir
+
+        where_dir = (f"{tmpfs_dir(cfg.run_dir, cfg.run_name)} when tmpfs has room for two copies, else "
+                     f"{cfg.run_dir / 'merged'}" if ps.merged_dir == AUTO else ps.merged_dir or cfg.run_dir / "merged")
+        how = (f"merged by disk reload (safetensors under {where_dir}, "
                "vLLM reload_weights through /collective_rpc)")
     return f"weight sync: {how}; {where}"

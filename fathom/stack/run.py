@@ -10,12 +10,23 @@ from fathom.stack.cores import trainer_fence
 from fathom.stack.plan import Step
 from fathom.stack.recovery import hooks_for
 from fathom.stack.supervisor import Restarts, Supervisor
+from fathom.trainer.merged_dir import remove_tmpfs
 
 
 def run_steps(cfg: Any, steps: list[Step], console: Any) -> dict[str, float]:
     """Run `steps` in order, reporting on the rich `console`; returns the seconds each server took to become
     healthy and each stage took to finish. Raises `LaunchError` when a child fails; every child is stopped on
-    the way out, also on KeyboardInterrupt."""
+    the way out, also on KeyboardInterrupt (and SIGTERM, which the supervisor turns into one). Then the run's tmpfs
+    folder of merged weights (`policy_server.merged_dir = "auto"`) is removed."""
+    try:
+        return _run(cfg, steps, console)
+    finally:
+        # After every child is stopped, never before: until then vLLM may be restarted onto these weights.
+        if (gone := remove_tmpfs(cfg.policy_server.merged_dir, cfg.run_dir, cfg.run_name)) is not None:
+            console.print(f"removed the merged weights in {gone}")
+
+
+def _run(cfg: Any, steps: list[Step], console: Any) -> dict[str, float]:
     log_dir = cfg.run_dir / "logs"
     lc = cfg.launch
     restarts = Restarts(limit=lc.max_restarts, window_s=lc.restart_window_s, backoff_s=lc.restart_backoff_s,

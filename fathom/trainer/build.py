@@ -172,7 +172,7 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         if merged_backend(cfg) == "nccl":
             transfer = NcclMergedSync(**common)
         else:
-            transfer = DiskMergedSync(directory=ps.merged_dir or run_dir / "merged", **common)
+            transfer = DiskMergedSync(directory=merged_directory(ps.merged_dir, run_dir, cfg.run_name), **common)
     # adapter sync: transfer stays None and TRL publishes `trl-policy-vN` adapters through /v1/load_lora_adapter,
     # which the proxy pins sessions to (capture_proxy.adapter_prefix).
 
@@ -210,6 +210,22 @@ def build_trainer(cfg: FathomConfig, *, model_path: str, endpoints: Endpoints, t
         transfer.bind(trainer)
     return Run(trainer=trainer, transfer=transfer, watchdog=watchdog, metrics=metrics, run_dir=run_dir,
                rollouts_path=rollouts_path)
+
+
+def merged_directory(setting: str, run_dir: Path, run_name: str):
+    """`policy_server.merged_dir` as `DiskMergedSync` takes it: a function of the merged state dict's size, which
+    picks the folder at the first sync (`merged_dir.choose`) and logs where the weights go, and why if "auto"
+    fell back to the run directory."""
+    from fathom.trainer.merged_dir import choose
+
+    def pick(need_bytes: int) -> Path:
+        chosen = choose(setting, run_dir, run_name, need_bytes)
+        if chosen.note:
+            log.warning(chosen.note)
+        log.info("merged weights (%.0f MiB) go to %s", need_bytes / 2**20, chosen.path)
+        return chosen.path
+
+    return pick
 
 
 def policy_state_path(run_dir: str | Path) -> Path:

@@ -16,6 +16,7 @@ import pytest
 from fathom.config.tasks import TaskSource
 from fathom.rollout_worker.dataset import training_task_ids
 from fathom.tasks import store
+from fathom.trainer.merged_dir import remove_tmpfs
 from tests.integration.test_trainer import train_config
 from tests.integration.train_stack import merged_stack
 
@@ -43,8 +44,11 @@ def trained(train_vllm, tmp_path_factory):
             cfg = train_config(model_dir, stack, tmp / "runs" / "one-step", **{"trainer.max_steps": 1})
             run = build_trainer(cfg, model_path=str(model_dir), progress=False,
                                 endpoints=Endpoints(stack.vllm_url, stack.proxy_url, stack.env_url), task_ids=ids)
-            run.trainer.train()
-            yield run, ids
+            try:
+                run.trainer.train()
+                yield run, ids
+            finally:  # what `fathom train` does when it stops
+                remove_tmpfs(cfg.policy_server.merged_dir, cfg.run_dir, cfg.run_name)
     finally:
         store.set_root(None)
 

@@ -16,6 +16,8 @@ import torch
 
 from fathom.config import load_config
 from fathom.rollout_worker.dataset import training_task_ids
+from fathom.trainer import merged_dir
+from fathom.trainer.merged_dir import remove_tmpfs
 from tests.integration.train_stack import hf_logprobs, merged_stack, served_logprobs
 
 BAD_TASK = "nosuchfamily-1k-s1"  # the env server refuses it (404), so every rollout of its group fails
@@ -60,12 +62,15 @@ def trained(servers):
     run.trainer.record_trained_path = str(run.run_dir / "trained_tokens.jsonl")
     old_session = httpx.post(f"{stack.proxy_url}/sessions", json={}, timeout=30).json()
     before = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
-    run.trainer.train()
-    after = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
-    merged = run.trainer.model.merge_and_unload()
-    yield {"run": run, "stack": stack, "before": before, "after": after, "old_session": old_session,
-           "served": served_logprobs(stack.vllm_url, stack.served_model), "merged_lp": hf_logprobs(merged),
-           "base_lp": hf_logprobs(_load(model_dir))}
+    try:
+        run.trainer.train()
+        after = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters()}
+        merged = run.trainer.model.merge_and_unload()
+        yield {"run": run, "stack": stack, "before": before, "after": after, "old_session": old_session,
+               "served": served_logprobs(stack.vllm_url, stack.served_model), "merged_lp": hf_logprobs(merged),
+               "base_lp": hf_logprobs(_load(model_dir)), "cfg": cfg}
+    finally:  # what `fathom train` does when it stops: the default merged_dir "auto" wrote to tmpfs
+        remove_tmpfs(cfg.policy_server.merged_dir, cfg.run_dir, cfg.run_name)
 
 
 def _load(path):
@@ -102,6 +107,16 @@ def test_merged_sync_changed_served_logprobs(trained):
     served, merged, base = trained["served"], trained["merged_lp"], trained["base_lp"]
     assert max(abs(a - b) for a, b in zip(served, merged)) < 1e-3
     assert max(abs(a - b) for a, b in zip(served, base)) > 1e-4
+
+
+def test_merged_weights_went_to_tmpfs_and_only_the_served_copy_is_kept(trained):
+    cfg, run = trained["cfg"], trained["run"]
+    if not merged_dir.SHM.is_dir():
+        pytest.skip(f"no {merged_dir.SHM} here: the run dir fallback is covered by tests/unit/trainer/test_merged_dir.py")
+    folder = merged_dir.tmpfs_dir(cfg.run_dir, cfg.run_name)
+    served = json.loads((run.run_dir / "policy_state.json").read_text())["weights_path"]
+    assert Path(served).parent == folder and [p.name for p in folder.iterdir()] == [Path(served).name]
+    assert not (run.run_dir / "merged").exists()
 
 
 def test_each_sync_moved_the_served_logprobs_beyond_their_noise(trained):

@@ -30,9 +30,11 @@ ALLOWED: dict[str, set[str]] = {
     "ui": {"policy_server.served", "env_server.server", "stack.inproc", "tasks", "protocol", "config"},
     # Supervised server stacks and the main job's plan: the plan checks the split, the SFT phrasings and the
     # anchor rows before any server starts; the SFT teacher's recordings run a proxy and the teacher in-process;
-    # recovery reports the last policy version to a restarted proxy through the proxy's client.
-    "stack": {"policy_server.launch", "policy_server.served", "trainer.anchor", "trainer.sft_record",
-              "capture_proxy.app", "capture_proxy.client_core", "env_server.scripted", "rollout_worker.session", "tasks", "unwind", "protocol",
+    # recovery reports the last policy version to a restarted proxy through the proxy's client; the launcher
+    # removes the merged-weights folder (trainer.merged_dir) when it stops.
+    "stack": {"policy_server.launch", "policy_server.served", "trainer.anchor", "trainer.merged_dir", "trainer.sft_record",
+              "capture_proxy.app", "capture_proxy.client_core", "env_server.scripted", "rollout_worker.session",
+              "tasks", "unwind", "protocol",
               "config"},
     "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env", "config"},
 }

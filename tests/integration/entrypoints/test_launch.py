@@ -28,6 +28,7 @@ def test_plan_starts_servers_then_sft_grpo_eval() -> None:
     assert steps[1].health_url == f"http://127.0.0.1:{cfg.capture_proxy.port}/healthz"
     grpo = steps[4].argv
     assert grpo[grpo.index("--trainer.init_adapter") + 1] == str(cfg.run_dir / "sft" / "adapter")
+    assert grpo[-1] == "--keep-merged"  # the launcher removes the tmpfs merged weights, after the evaluation
     assert all(s.argv[s.argv.index("-c") + 1:][:3] == ["configs/smoke.toml", "--trainer.max_steps", "3"] for s in steps)
     ev = steps[6].argv
     assert [ev[i + 1] for i, a in enumerate(ev) if a == "--stage"] == [
@@ -244,3 +245,69 @@ def test_run_steps_runs_stages_in_order_and_ends_on_a_failed_one(tmp_path) -> No
         run_steps(cfg, [Step("stage", "bad", [sys.executable, "-c", "raise SystemExit(3)"]),
                         Step("stage", "c", [sys.executable, "-c", write, str(marks), "c"])], console)
     assert marks.read_text() == "ab"  # nothing runs after a failed stage
+
+
+def test_the_tmpfs_merged_weights_outlive_every_stage_and_go_when_the_launcher_stops(tmp_path, monkeypatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from fathom.stack.plan import Step
+    from fathom.stack.run import run_steps
+    from fathom.trainer import merged_dir
+
+    monkeypatch.setattr(merged_dir, "SHM", tmp_path / "shm")
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--output_dir", str(tmp_path)])
+    folder = merged_dir.tmpfs_dir(cfg.run_dir, cfg.run_name)
+    weights, marks = folder / "merged-1-000001", tmp_path / "marks"
+    write = "import pathlib, sys; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); (p / 'w').write_text('x')"
+    # the stage after the trainer (the evaluation, whose vLLM restart reloads them) still finds them
+    look = "import pathlib, sys; open(sys.argv[2], 'w').write(str(pathlib.Path(sys.argv[1], 'w').is_file()))"
+    console = Console(file=io.StringIO(), width=200)
+    run_steps(cfg, [Step("stage", "grpo", [sys.executable, "-c", write, str(weights)]),
+                    Step("stage", "eval", [sys.executable, "-c", look, str(weights), str(marks)])], console)
+    assert marks.read_text() == "True" and not folder.exists()
+    assert f"removed the merged weights in {folder}" in console.file.getvalue()
+
+    # a launcher that failed removes them too
+    from fathom.stack.supervisor import LaunchError
+
+    with pytest.raises(LaunchError):
+        run_steps(cfg, [Step("stage", "grpo", [sys.executable, "-c", write, str(weights)]),
+                        Step("stage", "bad", [sys.executable, "-c", "raise SystemExit(3)"])], console)
+    assert not folder.exists()
+
+
+def test_a_launcher_stopped_by_sigterm_removes_the_tmpfs_merged_weights(tmp_path) -> None:
+    import signal
+    import time
+
+    from fathom.trainer import merged_dir
+
+    shm, out = tmp_path / "shm", tmp_path / "runs"
+    cfg = load_config(ROOT / "configs/smoke.toml", ["--output_dir", str(out)])
+    folder = merged_dir.tmpfs_dir(cfg.run_dir, cfg.run_name, shm)
+    launcher = f"""
+import io, pathlib, sys
+from rich.console import Console
+from fathom.config import load_config
+from fathom.stack.plan import Step
+from fathom.stack.run import run_steps
+from fathom.trainer import merged_dir
+merged_dir.SHM = pathlib.Path({str(shm)!r})
+cfg = load_config({str(ROOT / "configs/smoke.toml")!r}, ["--output_dir", {str(out)!r}])
+stage = "import pathlib, time; p = pathlib.Path({str(folder / "merged-1-000001")!r}); p.mkdir(parents=True); time.sleep(120)"
+run_steps(cfg, [Step("stage", "grpo", [sys.executable, "-c", stage])], Console(file=io.StringIO()))
+"""
+    proc = subprocess.Popen([sys.executable, "-c", launcher], env=os.environ | {"PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not folder.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and not folder.exists()

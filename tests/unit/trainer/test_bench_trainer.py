@@ -24,7 +24,8 @@ def bench():
 def figures(frac: float | None, sync_step: float | None = 10.0) -> dict:
     return {"trainer_matmul_dtype": "bfloat16",
             "async": {"step_s_median": 7.0, "trainer_fwd_bwd_tok_s_median": 90.0, "mismatch_on_policy_max": 1e-5,
-                      "weight_sync_s_max": 2.5, "trainer_fwd_bwd": {"fraction_of_matmul_peak": frac}},
+                      "trainer_fwd_bwd": {"fraction_of_matmul_peak": frac}},
+            "merged_sync": {"p50_s": 1.9, "max_s": 2.5},
             "plain_fwd_bwd": {"under_rollout_load_tok_s": 100.0, "idle_tok_s": 120.0},
             "sync": {"step_s_median": sync_step} if sync_step else None}
 
@@ -37,7 +38,35 @@ def test_targets_judge_each_figure(bench):
     assert rows["async_over_sync_step_time"]["value"] == 0.7 and rows["async_over_sync_step_time"]["met"] is True
     assert rows["trainer_over_plain_fwd_bwd_same_load"]["value"] == 0.9
     assert rows["merged_weight_sync_s_max"]["met"] is False
+    assert rows["merged sync <= 2 s"]["value"] == 1.9 and rows["merged sync <= 2 s"]["met"] is True
+    assert "perf/weight_sync_s" in rows["merged sync <= 2 s"]["target"]
     assert out["trainer_over_plain_idle_fwd_bwd"] == 0.75
+
+
+def test_a_slow_or_missing_sync_and_a_skipped_plain_run_are_not_met(bench):
+    out = figures(0.41)
+    out["merged_sync"], out["plain_fwd_bwd"] = {"p50_s": 2.01, "max_s": 2.01}, None
+    rows = {r["name"]: r for r in bench.targets(out)}
+    assert rows["merged sync <= 2 s"]["met"] is False
+    assert rows["trainer_over_plain_fwd_bwd_same_load"] == {"name": "trainer_over_plain_fwd_bwd_same_load",
+                                                            "value": None, "target": ">= 0.8", "met": False}
+    out["merged_sync"] = {"p50_s": None, "max_s": None}
+    assert {r["name"]: r for r in bench.targets(out)}["merged sync <= 2 s"]["met"] is False
+
+
+def test_sync_figures_are_the_logged_sync_and_its_split(bench, tmp_path):
+    rows = [{"perf/weight_sync_s": 3.0, "perf/weight_sync_write_s": 1.0, "perf/weight_sync_reload_s": 0.8},
+            {"perf/weight_sync_s": 1.5, "perf/weight_sync_write_s": 0.3, "perf/weight_sync_reload_s": 0.7},
+            {"perf/weight_sync_s": 1.7, "perf/weight_sync_write_s": 0.4, "perf/weight_sync_reload_s": 0.6},
+            {"loss": 1.0}]  # a line without a sync counts in no figure
+    got = bench.sync_figures(rows, tmp_path / "merged")
+    assert got["per_step_s"] == [3.0, 1.5, 1.7] and got["p50_s"] == 1.7 and got["max_s"] == 3.0
+    assert (got["write_s_p50"], got["reload_s_p50"], got["rest_s_p50"]) == (0.4, 0.7, 0.7)
+    assert got["directory"] == str(tmp_path / "merged") and got["tmpfs"] is False
+    from fathom.trainer.merged_dir import SHM
+
+    assert bench.sync_figures(rows, SHM / "fathom-async-0123456789")["tmpfs"] is True
+    assert bench.sync_figures([], None)["p50_s"] is None
 
 
 def test_a_missing_or_low_fraction_or_ratio_is_not_met(bench):

@@ -97,10 +97,39 @@ def test_write_and_reload_times_go_to_the_trainers_log_window(tmp_path):
 def test_old_directories_are_pruned_and_versions_count_on(tmp_path):
     fake = FakeServers()
     sync = make(tmp_path, fake)
+    copies = []
+
+    def counting(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/collective_rpc":  # while vLLM reloads: the directory it served and the new one
+            copies.append(len(list((tmp_path / "merged").glob("merged-*"))))
+        return fake(req)
+
+    sync.http = httpx.Client(transport=httpx.MockTransport(counting))
     for _ in range(4):
         one_sync(sync, {"w": torch.zeros(1)})
-    assert len(list((tmp_path / "merged").glob("merged-*"))) == 2
+    # only what vLLM serves is kept, so a sync never holds more than two copies (what merged_dir.choose budgets)
+    assert copies == [1, 2, 2, 2]
+    left = list((tmp_path / "merged").glob("merged-*"))
+    assert [str(p) for p in left] == [fake.calls[-4][1]["kwargs"]["weights_path"]]
     assert [c[1]["version"] for c in fake.calls if c[0] == "proxy/policy/version"] == [1, 2, 3, 4]
+
+
+def test_a_folder_chosen_by_size_is_chosen_once_at_the_first_sync(tmp_path):
+    asked = []
+
+    def choose(need_bytes: int):
+        asked.append(need_bytes)
+        return tmp_path / "chosen"
+
+    fake = FakeServers()
+    sync = DiskMergedSync(directory=choose, vllm_url="http://vllm", proxy_url="http://proxy",
+                          http=httpx.Client(transport=httpx.MockTransport(fake))).bind(Trainer())
+    assert sync.directory is None
+    for _ in range(2):
+        one_sync(sync, {"a": torch.zeros(4, 2), "b": torch.zeros(3, dtype=torch.bfloat16)})
+    assert asked == [4 * 2 * 4 + 3 * 2]  # the merged state dict's bytes, asked once
+    reloaded = fake.calls[-4][1]["kwargs"]["weights_path"]
+    assert reloaded.startswith(str((tmp_path / "chosen").resolve()) + "/merged-")
 
 
 def test_resume_continues_from_the_proxys_version(tmp_path):
