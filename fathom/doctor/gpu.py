@@ -116,8 +116,10 @@ def sync_prerequisites(cfg, mounts: str | None = None) -> list[Check]:
     if backend is None:
         return [("sync: adapter", True, f"{ps.max_loras} adapter slots (TRL needs max_staleness + 2)")]
     if backend == "disk":
+        from fathom.trainer.merged_dir import disk_dir
+
         # "auto" writes to tmpfs only when it has room, else here: the disk must hold them either way
-        where = Path(ps.merged_dir) if ps.merged_dir not in ("", "auto") else cfg.run_dir / "merged"
+        where = disk_dir(ps.merged_dir, cfg.run_dir)
         # two merged copies are kept (the one vLLM reads, the one being written): 2 x ~2 bytes per parameter
         name, ok, detail = local_dir("sync: disk", where, 8.0, mounts)
         return [(name, ok, detail)]

@@ -106,37 +106,6 @@ def cache_root(home: Path | None = None) -> Path:
     return (home or fathom_home()) / "eval_cache" / "base"
 
 
-def restore(key: str, out: Path, *, home: Path | None = None) -> dict | None:
-    """Copy the stored base stage of `key` to `out` and return its results.json; None when nothing is stored."""
-    stored = cache_root(home) / key
-    results = stored / "results.json"
-    if not results.is_file():
-        return None
-    if out.exists():
-        shutil.rmtree(out)
-    shutil.copytree(stored, out, ignore=shutil.ignore_patterns(KEY_FILE))
-    return json.loads(results.read_text())
-
-
-def store(key: str, parts: dict[str, Any], stage_dir: Path, *, home: Path | None = None) -> Path:
-    """Store the scored stage directory under `key` (atomically; an existing entry is kept). Returns its path."""
-    root = cache_root(home)
-    final = root / key
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{key}.{uuid.uuid4().hex}.tmp"
-    try:
-        shutil.copytree(stage_dir, tmp)
-        (tmp / KEY_FILE).write_text(json.dumps({"key": key, "parts": parts}, indent=2) + "\n")
-        tmp.rename(final)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not final.is_dir():
-            raise
-    return final
-
-
 @dataclass
 class BaseCache:
     """The cache entry of one base stage: `restore` it, or `store` it after scoring."""
@@ -165,7 +134,30 @@ class BaseCache:
         return cache_root(self.home) / self.key
 
     def restore(self, out: Path) -> dict | None:
-        return restore(self.key, out, home=self.home)
+        """Copy the stored stage to `out` (replacing what is there) and return its results.json; None when
+        nothing is stored under this key."""
+        results = self.path / "results.json"
+        if not results.is_file():
+            return None
+        if out.exists():
+            shutil.rmtree(out)
+        shutil.copytree(self.path, out, ignore=shutil.ignore_patterns(KEY_FILE))
+        return json.loads(results.read_text())
 
     def store(self, stage_dir: Path) -> Path:
-        return store(self.key, self.parts, stage_dir, home=self.home)
+        """Store the scored stage directory under this key (atomically: a temporary folder renamed; an existing
+        entry is kept). Returns the entry's path."""
+        final = self.path
+        if final.is_dir():
+            return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f".{self.key}.{uuid.uuid4().hex}.tmp"
+        try:
+            shutil.copytree(stage_dir, tmp)
+            (tmp / KEY_FILE).write_text(json.dumps({"key": self.key, "parts": self.parts}, indent=2) + "\n")
+            tmp.rename(final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not final.is_dir():
+                raise
+        return final

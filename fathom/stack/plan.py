@@ -142,10 +142,11 @@ def sync_line(cfg) -> str:
     elif backend == "nccl":
         how = "merged over NCCL (TRL's weight transfer, vLLM --weight-transfer-config nccl)"
     else:
-        from fathom.trainer.merged_dir import AUTO, tmpfs_dir
+        from fathom.trainer.merged_dir import AUTO, disk_dir, tmpfs_dir
 
-        where_dir = (f"{tmpfs_dir(cfg.run_dir, cfg.run_name)} when tmpfs has room for two copies, else "
-                     f"{cfg.run_dir / 'merged'}" if ps.merged_dir == AUTO else ps.merged_dir or cfg.run_dir / "merged")
+        where_dir = disk_dir(ps.merged_dir, cfg.run_dir)
+        if ps.merged_dir == AUTO:
+            where_dir = f"{tmpfs_dir(cfg.run_dir, cfg.run_name)} when tmpfs has room for two copies, else {where_dir}"
         how = (f"merged by disk reload (safetensors under {where_dir}, "
                "vLLM reload_weights through /collective_rpc)")
     return f"weight sync: {how}; {where}"

@@ -50,6 +50,12 @@ def tmpfs_dir(run_dir: str | Path, run_name: str, shm: Path | None = None) -> Pa
     return shm / f"fathom-{run_name}-{digest}"
 
 
+def disk_dir(setting: str, run_dir: str | Path) -> Path:
+    """The folder on disk for `policy_server.merged_dir = setting`: the path it names, else `<run dir>/merged`
+    (what empty means, and where "auto" falls back to when tmpfs has no room)."""
+    return Path(setting) if setting not in ("", AUTO) else Path(run_dir) / "merged"
+
+
 def mem_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """MemAvailable in bytes, or None where the kernel does not say."""
     try:
@@ -71,9 +77,9 @@ def choose(setting: str, run_dir: str | Path, run_name: str, need_bytes: int, sh
     folder's own files count as free, since they are pruned as new ones come. tmpfs pages are memory that is
     never written back (no swap here), and a tmpfs is usually sized at half or all of RAM whatever else runs, so
     the room is the smaller of its free space and the memory the kernel says is available."""
-    fallback, shm = Path(run_dir) / "merged", SHM if shm is None else shm
+    fallback, shm = disk_dir(setting, run_dir), SHM if shm is None else shm
     if setting != AUTO:
-        return MergedDir(Path(setting) if setting else fallback, tmpfs=False)
+        return MergedDir(fallback, tmpfs=False)
     if not shm.is_dir():
         return MergedDir(fallback, tmpfs=False, note=f"policy_server.merged_dir = 'auto': {shm} does not exist, so "
                          f"merged weights go to {fallback} on disk (slower to write than tmpfs)")

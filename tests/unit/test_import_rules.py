@@ -36,7 +36,9 @@ ALLOWED: dict[str, set[str]] = {
               "capture_proxy.app", "capture_proxy.client_core", "env_server.scripted", "rollout_worker.session",
               "tasks", "unwind", "protocol",
               "config"},
-    "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env", "config"},
+    # The disk-sync check asks trainer.merged_dir (torch-free) which folder the merged weights fall back to.
+    "doctor": {"policy_server.launch", "policy_server.models", "env_server.sandbox", "trainer.gpu_env",
+               "trainer.merged_dir", "config"},
 }
 
 
