@@ -123,12 +123,6 @@ class TorchChunkedLogProb:
                 cat(means) if "mean_logits" in outputs else None, cat(tops) if "is_top1" in outputs else None)
 
 
-def segment_bounds(position_ids: torch.Tensor) -> list[int]:
-    """Where each run of one row starts (a sequence, or a branch of a shared-prefix row), plus the row's length: a run
-    starts at 0 and wherever the position does not follow the one before it."""
-    return [s for s, _, _ in tree_runs(position_ids)] + [position_ids.shape[0]]
-
-
 _paths: list = [None, None]
 """The last row's position ids and its runs with their key indices: every layer of one forward asks for the same."""
 

@@ -8,6 +8,7 @@ import torch
 
 from fathom.trainer import cpu_compat
 from fathom.trainer.cpu_compat import TorchChunkedLogProb, reference_log_softmax
+from fathom.trainer.prefix_tree import tree_runs
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -72,10 +73,11 @@ def test_apply_patches_trl_for_cpu():
     assert agt.create_model_from_path.__module__ == "fathom.trl_compat.trainer"  # TRL's hard-coded kernel is replaced
 
 
-def test_segment_bounds_split_where_positions_restart():
-    assert cpu_compat.segment_bounds(torch.tensor([0, 1, 2, 0, 1, 0])) == [0, 3, 5, 6]
-    assert cpu_compat.segment_bounds(torch.tensor([5, 6, 7])) == [0, 3]  # one sequence, offset
-    assert cpu_compat.segment_bounds(torch.tensor([0, 1, 2, 3])) == [0, 4]
+def test_segment_runs_split_where_positions_restart():
+    # segment_sdpa attends one run at a time: a flat row's runs are its packed sequences, with no ancestors
+    assert tree_runs(torch.tensor([0, 1, 2, 0, 1, 0])) == [(0, 3, []), (3, 5, []), (5, 6, [])]
+    assert tree_runs(torch.tensor([5, 6, 7])) == [(0, 3, [])]  # one sequence, offset
+    assert tree_runs(torch.tensor([0, 1, 2, 3])) == [(0, 4, [])]
 
 
 def _tiny_llama(impl: str):
