@@ -74,8 +74,8 @@ class PolicyServerConfig(FathomModel):
     merged_dir: str = "auto"
     """Where disk sync writes merged weights. `auto`: a tmpfs folder, `/dev/shm/fathom-<run>-<hash>`, when /dev/shm
     (and the available memory: tmpfs is RAM) holds two copies of the merged state dict plus 256 MiB, else
-    `<run dir>/merged` with a warning; tmpfs writes the embedded model's 513 MiB in 0.2-0.5 s against 0.3-1.7 s
-    to disk (2 cores). `fathom launch` (or a standalone `fathom train`) removes the tmpfs folder when it stops.
+    `<run dir>/merged` with a warning; a tmpfs write is shorter than a disk write (docs/trainer.md). `fathom
+    launch` (or a standalone `fathom train`) removes the tmpfs folder when it stops.
     Empty: `<run dir>/merged`. A path: that folder, on local disk or tmpfs, never a bucket mount: vLLM reads the
     whole model from it at every sync."""
 

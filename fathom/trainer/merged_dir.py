@@ -1,8 +1,8 @@
 """Where disk merged sync writes its safetensors: tmpfs when it has room, else the run directory.
 
-`policy_server.merged_dir = "auto"` puts them in `/dev/shm/fathom-<run>-<hash of the run dir>`. Writing the
-513 MiB state dict of the embedded model there took 0.23-0.45 s against 0.34-1.72 s to local disk on 2 cores
-beside a GRPO run; vLLM's reload reads the file from memory either way. The folder's name comes from the run
+`policy_server.merged_dir = "auto"` puts them in `/dev/shm/fathom-<run>-<hash of the run dir>`: tmpfs takes the
+write without a disk behind it, so the sync's write is shorter (docs/trainer.md has the measurements); vLLM's
+reload reads the file from memory either way. The folder's name comes from the run
 directory alone, so the trainer that fills it and the `fathom launch` that removes it name the same folder
 without talking to each other.
 
