@@ -4,7 +4,7 @@ The source runs inside the sandboxed REPL, so it keeps to what that sandbox allo
 whitelisted imports (re), no names starting with an underscore, no dunders, no open/eval,
 no tuple unpacking or augmented assignment (RestrictedPython needs extra guards for those),
 and only basic builtins (len, range, int, str, set, list, max, sum), plus the REPL toolbox's helpers
-(`grep`; fathom/env_server/sandbox/toolbox.py). It ends in FINAL(...).
+(`grep`, `line_at`; fathom/env_server/sandbox/toolbox.py). It ends in FINAL(...).
 It powers a scripted model that sees only the chat prompt, so it is given only the question.
 What the question names (a key, a function, a label) the program reads out of the REPL's
 `question` with the pattern the teacher matched (a shorter one for keys), so it never copies
@@ -20,14 +20,6 @@ from fathom.tasks.families.base import STALE_MARKERS
 from fathom.tasks.families.records import LABELS, PHRASES, VOID
 
 _LINE = '''
-def line_at(pos):
-    start = context.rfind("\\n", 0, pos) + 1
-    end = context.find("\\n", pos)
-    if end < 0:
-        end = len(context)
-    return context[start:end]
-
-
 def is_stale(line):
     low = line.lower()
     for w in STALE:
@@ -90,6 +82,9 @@ _AGGREGATE = {
               "FINAL(max(set(names), key=names.count))\n",
 }
 
+_AGGREGATE_TASK = {"count": "Count the labelled reviews.", "sum": "Sum the amounts of the labelled reviews.",
+                   "argmax": "The customer with the most labelled reviews."}
+
 _PAIRS = '''
 by = {}
 for r in rows:
@@ -139,8 +134,8 @@ FINAL(llm("\\n".join(grep(NAME)) + "\\n\\n" + question).strip())
 
 _KEY = re.compile(r"(?<![A-Za-z-])[a-z]+-[a-z]+(?![A-Za-z-])")
 # No generated question has another lowercase hyphenated word before its key (tests run every wording), so programs
-# read the key with this shorter pattern: 20 tokens for the line against 45, and kv_chain's program (up to 387
-# tokens) stays inside the 400-token output cap of configs/smoke.toml.
+# read the key with this shorter pattern: 20 tokens for the line against 45, which keeps the longest programs well
+# inside the 400-token output cap of configs/smoke.toml (tests/integration/test_sft_data.py checks every family).
 _KEY_SHORT = re.compile(r"[a-z]+-[a-z]+")
 _PERSON = re.compile(r"[A-Z][a-z]+ [A-Z][a-z]+")
 _LABEL = re.compile(r"\b(positive|negative|neutral)\b")
@@ -160,8 +155,8 @@ class _Ask:
         return f"re.search({self.pattern.pattern!r}, {text}).group(0)"
 
 
-def _program(params: dict[str, object], body: str) -> str:
-    head = "import re\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
+def _program(task: str, params: dict[str, object], body: str) -> str:
+    head = f"# {task}\nimport re\n" + "".join(f"{k} = {v!r}\n" for k, v in params.items())
     return head + body
 
 
@@ -186,25 +181,29 @@ def reference_solution(question: str) -> str:
     stale = {"STALE": list(STALE_MARKERS)}
     if "pair" in low:
         _ask(_LABEL, "label", q, lower=True)
-        return _program(_records_params(("positive", "negative")), _ROWS + _PAIRS)
+        return _program("Pairs of labelled reviews that share a ticket.", _records_params(("positive", "negative")),
+                        _ROWS + _PAIRS)
     if "follow" in low:
-        return _program({**stale, "KEY": _ask(_KEY, "start key", q, read=_KEY_SHORT)}, _CHAIN)
+        return _program("Follow the links from the start key to a value.",
+                        {**stale, "KEY": _ask(_KEY, "start key", q, read=_KEY_SHORT)}, _CHAIN)
     if "magic number" in low:
-        return _program({**stale, "KEY": _ask(_KEY, "key", q, read=_KEY_SHORT)}, _NEEDLE)
+        return _program("The magic number stated for the key.", {**stale, "KEY": _ask(_KEY, "key", q, read=_KEY_SHORT)},
+                        _NEEDLE)
     if "review" in low:
         _ask(_LABEL, "label", q, lower=True)
         op = "argmax" if re.search(r"\b(most|largest)\b", low) else "sum" if re.search(r"\b(amounts?|sum)\b", low) \
             else "count"
-        return _program(_records_params(LABELS), _ROWS + _AGGREGATE[op])
+        return _program(_AGGREGATE_TASK[op], _records_params(LABELS), _ROWS + _AGGREGATE[op])
     if "city" in low:
-        return _program({"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
+        return _program("Ask llm() where the person lives.", {"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
     if _CONST.search(q):
-        return _program({"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
+        return _program("The final value of a setting in one file.",
+                        {"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
     name = _ask(_FUNC, "function name", q)
     if "defin" in low or "path of the file" in low:
-        return _program({"NAME": name}, _WHERE)
+        return _program("The file that defines the function.", {"NAME": name}, _WHERE)
     if "call" in low or "invoke" in low:
-        return _program({"NAME": name}, _CALLS)
+        return _program("The function that calls the function.", {"NAME": name}, _CALLS)
     raise ValueError(f"question {q[:120]!r} matches no task family; reference solutions cover generated tasks only")
 
 

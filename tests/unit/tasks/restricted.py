@@ -34,7 +34,7 @@ def run_restricted(source: str, context: str, question: str = "", llm=teacher_ll
     finals: list[object] = []
     builtins = dict(safe_builtins)
     builtins.update(limited_builtins)
-    builtins.update({"set": set, "max": max, "sum": sum, "__import__": _import})
+    builtins.update({"set": set, "max": max, "min": min, "sum": sum, "__import__": _import})  # min: the toolbox's line_at
     env = {"__builtins__": builtins, "_getattr_": safer_getattr, "_getitem_": default_guarded_getitem,
            "_getiter_": default_guarded_getiter, "_write_": full_write_guard, "__name__": "sandbox",
            "__metaclass__": type, "context": context, "question": question, "FINAL": finals.append,
