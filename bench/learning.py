@@ -157,6 +157,12 @@ def evaluate(run_dir: Path) -> dict:
         # Per family and stage: llm() calls per episode, share of episodes that called it, pass@1 with and without
         # sub-calls, sub-call tokens per episode (fathom/eval/metrics.py, selectivity).
         "selectivity": {k: _selectivity(v) for k, v in s["stages"].items()},
+        # Per family and stage: episodes whose program opened with their own family's task line, out of n, and what
+        # the rest wrote (fathom/eval/metrics.py, routing). Runs scored before it was recorded: {}.
+        "routing": {k: {f: f"{r['own']}/{r['n']}" for f, r in (v.get("routing") or {}).items()}
+                    for k, v in s["stages"].items()},
+        "routing_wrote": {k: {f: r["wrote"] for f, r in (v.get("routing") or {}).items() if r["wrote"]}
+                          for k, v in s["stages"].items()},
         "wall_min": None if wall_s is None else round(wall_s / 60, 1),
         # Where the wall time went: each server's start and each stage, in minutes (runs before it was recorded: {}).
         "step_min": {k: round(v / 60, 1) for k, v in launch.get("step_s", {}).items()},

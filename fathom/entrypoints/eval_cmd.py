@@ -56,6 +56,11 @@ def _print(results: dict, paths: dict) -> None:
             print(f"  {fam}: llm() in {sel['called_share']:.0%} of {sel['episodes']} episodes, "
                   f"{sel['llm_calls_per_episode']:.2f} calls and {sel['sub_tokens_per_episode']:.0f} sub-call tokens "
                   f"an episode; right {w['correct']}/{w['n']} with sub-calls, {wo['correct']}/{wo['n']} without")
+        routed = [f"{fam} {r['own']}/{r['n']}" + (" (" + ", ".join(f"{k} {v}" for k, v in r["wrote"].items()) + ")"
+                                                  if r["wrote"] else "")
+                  for fam, r in (m["summary"].get("routing") or {}).items()]
+        if routed:
+            print("  wrote its family's program: " + "; ".join(routed))
     for c in results["comparisons"]:
         if c["delta"] is not None:
             print(f"{c['adapter']} vs {c['base']}: both {c['both']}, only {c['base']} {c['only_base']}, only "

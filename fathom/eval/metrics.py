@@ -12,7 +12,8 @@ from typing import Any, Iterable
 
 from fathom.eval.stats import pass_at_1
 from fathom.protocol import EpisodeResult, SubCall, TurnStat
-from fathom.tasks.generate import describe
+from fathom.tasks.generate import FAMILIES, describe
+from fathom.tasks.reference import program_family
 from fathom.tasks.record import CHARS_PER_TOKEN, length_tag
 
 # What the sandbox writes when code fails: a traceback, a compile or RestrictedPython refusal, or an
@@ -63,6 +64,12 @@ def _sub_tokens(turns: Iterable[TurnStat]) -> int:
     return total
 
 
+def first_program_family(turns: Iterable[TurnStat]) -> str | None:
+    """The family of the first root-turn program that opens with a reference task line (tasks/reference.py),
+    or None when the model never wrote one."""
+    return next((f for t in turns for b in t.code_blocks if (f := program_family(b)) is not None), None)
+
+
 def episode_row(res: EpisodeResult) -> dict[str, Any]:
     """The numbers of one episode (the result itself is kept beside it for the report)."""
     family, length = describe(res.task_id or "")
@@ -80,7 +87,7 @@ def episode_row(res: EpisodeResult) -> dict[str, Any]:
         "answer": res.answer,
         "total_tokens": res.total_tokens, "root_tokens": root_tokens, "sub_tokens": _sub_tokens(res.turns),
         "root_turns": len(res.turns), "subcalls_by_depth": dict(sorted(depth.items())),
-        "llm_calls": res.llm_calls,
+        "llm_calls": res.llm_calls, "program_family": first_program_family(res.turns),
         "repl_errors": sum(repl_error(o) for t in all_turns for o in t.outputs),
         "no_code_turns": sum(t.no_code for t in all_turns),
         "truncated_turns": sum(t.finish_reason == "length" for t in all_turns),
@@ -111,6 +118,20 @@ def selectivity(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "without_subcalls": _rate([r for r in ok if r["llm_calls"] == 0]),
         "sub_tokens_per_episode": _mean([r["sub_tokens"] for r in ok]),
     }
+
+
+def routing(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Did the model pick its task's kind of program? Per generated family, over scorable episodes: how many wrote a
+    program opening with their own family's task line, and the family of what the others wrote ("none": no task
+    line). A family that is never routed right cannot be solved, whatever the program's body."""
+    out: dict[str, Any] = {}
+    for fam in FAMILIES:
+        rs = [r for r in rows if r["scorable"] and r["family"] == fam]
+        if rs:
+            own = sum(r.get("program_family") == fam for r in rs)
+            wrote = Counter(r.get("program_family") or "none" for r in rs if r.get("program_family") != fam)
+            out[fam] = {"n": len(rs), "own": own, "share": own / len(rs), "wrote": dict(sorted(wrote.items()))}
+    return out
 
 
 def summarize(rows: list[dict[str, Any]], *, max_model_len: int, boot: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -153,6 +174,7 @@ def summarize(rows: list[dict[str, Any]], *, max_model_len: int, boot: dict[str,
                    "mean_sub": _mean([r["sub_tokens"] for r in ok])},
         "subcalls_by_depth": {d: {"total": c, "mean_per_episode": c / n_ok} for d, c in sorted(depth_total.items())},
         "selectivity": {"all": selectivity(ok), "by_family": {f: selectivity(rs) for f, rs in sorted(fam.items())}},
+        "routing": routing(ok),
         "repl_errors": {"total": sum(r["repl_errors"] for r in ok),
                         "episodes": sum(r["repl_errors"] > 0 for r in ok)},
         "format": {"no_code_turns": sum(r["no_code_turns"] for r in ok),

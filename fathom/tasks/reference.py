@@ -82,9 +82,6 @@ _AGGREGATE = {
               "FINAL(max(set(names), key=names.count))\n",
 }
 
-_AGGREGATE_TASK = {"count": "Count the labelled reviews.", "sum": "Sum the amounts of the labelled reviews.",
-                   "argmax": "The customer with the most labelled reviews."}
-
 _PAIRS = '''
 by = {}
 for r in rows:
@@ -175,35 +172,58 @@ def _records_params(labels: tuple[str, ...]) -> dict[str, object]:
     return {"PHRASES": phrases, "VOID": "|".join(re.escape(v.strip()) for v in VOID.values())}
 
 
+# Each kind of program opens with its own task line, a comment naming the kind of task. Programs of one family
+# share most of their opening (needle and kv_chain the same forty lines, aggregate and pairs the same record filter),
+# so without it the one choice that depends on the question's wording would fall a hundred tokens into the reply,
+# far from the question; with it the model makes that choice at its first token, and evaluation can read which
+# kind of program a model wrote (`program_family`).
+TASK_LINES = {
+    "needle": "The magic number stated for the key.",
+    "kv_chain": "Follow the links from the start key to a value.",
+    "pairs": "Pairs of labelled reviews that share a ticket.",
+    "count": "Count the labelled reviews.",
+    "sum": "Sum the amounts of the labelled reviews.",
+    "argmax": "The customer with the most labelled reviews.",
+    "config": "The final value of a setting in one file.",
+    "where": "The file that defines the function.",
+    "calls": "The function that calls the function.",
+    "bios": "Ask llm() where the person lives.",
+}
+_FAMILY_OF_KIND = {"count": "aggregate", "sum": "aggregate", "argmax": "aggregate", "config": "code_qa",
+                   "where": "code_qa", "calls": "code_qa"}
+_FAMILY_OF_LINE = {f"# {line}": _FAMILY_OF_KIND.get(kind, kind) for kind, line in TASK_LINES.items()}
+
+
+def program_family(code: str) -> str | None:
+    """The family whose reference program opens with `code`'s first line (its task line), or None."""
+    return _FAMILY_OF_LINE.get(code.lstrip().split("\n", 1)[0].strip())
+
+
 def reference_solution(question: str) -> str:
     """Sandbox-safe Python source that reads `context` and calls FINAL with the answer to `question`."""
     q, low = question, question.lower()
     stale = {"STALE": list(STALE_MARKERS)}
     if "pair" in low:
         _ask(_LABEL, "label", q, lower=True)
-        return _program("Pairs of labelled reviews that share a ticket.", _records_params(("positive", "negative")),
-                        _ROWS + _PAIRS)
+        return _program(TASK_LINES["pairs"], _records_params(("positive", "negative")), _ROWS + _PAIRS)
     if "follow" in low:
-        return _program("Follow the links from the start key to a value.",
-                        {**stale, "KEY": _ask(_KEY, "start key", q, read=_KEY_SHORT)}, _CHAIN)
+        return _program(TASK_LINES["kv_chain"], {**stale, "KEY": _ask(_KEY, "start key", q, read=_KEY_SHORT)}, _CHAIN)
     if "magic number" in low:
-        return _program("The magic number stated for the key.", {**stale, "KEY": _ask(_KEY, "key", q, read=_KEY_SHORT)},
-                        _NEEDLE)
+        return _program(TASK_LINES["needle"], {**stale, "KEY": _ask(_KEY, "key", q, read=_KEY_SHORT)}, _NEEDLE)
     if "review" in low:
         _ask(_LABEL, "label", q, lower=True)
         op = "argmax" if re.search(r"\b(most|largest)\b", low) else "sum" if re.search(r"\b(amounts?|sum)\b", low) \
             else "count"
-        return _program(_AGGREGATE_TASK[op], _records_params(LABELS), _ROWS + _AGGREGATE[op])
+        return _program(TASK_LINES[op], _records_params(LABELS), _ROWS + _AGGREGATE[op])
     if "city" in low:
-        return _program("Ask llm() where the person lives.", {"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
+        return _program(TASK_LINES["bios"], {"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
     if _CONST.search(q):
-        return _program("The final value of a setting in one file.",
-                        {"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
+        return _program(TASK_LINES["config"], {"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
     name = _ask(_FUNC, "function name", q)
     if "defin" in low or "path of the file" in low:
-        return _program("The file that defines the function.", {"NAME": name}, _WHERE)
+        return _program(TASK_LINES["where"], {"NAME": name}, _WHERE)
     if "call" in low or "invoke" in low:
-        return _program("The function that calls the function.", {"NAME": name}, _CALLS)
+        return _program(TASK_LINES["calls"], {"NAME": name}, _CALLS)
     raise ValueError(f"question {q[:120]!r} matches no task family; reference solutions cover generated tasks only")
 
 

@@ -117,15 +117,18 @@ def test_every_train_question_phrasing_is_solved(family: str) -> None:
 
 def test_each_kind_of_program_opens_with_its_own_task_line() -> None:
     """The first line names the kind of task, so the one choice that depends on the question's wording comes at the
-    program's first token, next to the question, and not a hundred tokens into a preamble programs share."""
+    program's first token, and `program_family` reads the family back from it."""
+    from fathom.tasks.reference import TASK_LINES, program_family
+
     firsts: dict[str, set[str]] = {}
     for family in FAMILIES:
-        for base in (0, 1_000_000, 2_000_000):
+        for base in (0, 1_000_000, 2_000_000):  # train, test and held-out wordings
             for seed in range(30):
                 src = reference_solution(generate(family, base + seed, 4096).question)
                 first, second = src.splitlines()[:2]
                 assert first.startswith("# ") and second == "import re", src[:80]
+                assert program_family(src) == family and program_family("\n  " + src + "\n") == family
                 firsts.setdefault(first, set()).add(family)
-    assert all(len(fams) == 1 for fams in firsts.values()), firsts
-    assert set().union(*firsts.values()) == set(FAMILIES)
-    assert len(firsts) == 10  # needle, kv_chain, pairs, three aggregate operations, three code_qa kinds, bios
+    assert sorted(firsts) == sorted(f"# {line}" for line in TASK_LINES.values())  # every kind drawn, one line each
+    assert program_family("import re\nFINAL(1)") is None and program_family("# Follow the links") is None
+    assert program_family("") is None
