@@ -12,9 +12,11 @@ import json
 import time
 from typing import Any, Callable
 
+import re
+
 import httpx
 
-from fathom.env_server.sandbox import RunResult
+from fathom.env_server.sandbox import RunResult, toolbox
 
 
 class FakeEpisode:
@@ -45,6 +47,9 @@ class FakeEpisode:
             self._final = str(self.ns[name])
 
         self.ns.update(llm=llm, llm_batch=batch, FINAL=final, FINAL_VAR=final_var)
+        # The REPL's helpers (grep, line_at, ...), which reference programs call; plain Python here, since the fake
+        # REPL runs trusted test code (the restricted ones: tests/integration/sandbox).
+        toolbox.install(self.ns, {}, compile(toolbox.SOURCE, "<toolbox>", "exec"), context, re)
 
     def run(self, code: str) -> RunResult:
         buf = io.StringIO()
