@@ -81,7 +81,16 @@ def train_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def scripted_stack(tmp_path_factory: pytest.TempPathFactory):
     """Scripted upstream (token path), capture proxy and env server taking 64 episodes at once, shared by the modules
-    that need nothing else of them (test_env_server, test_eval, test_sft_teacher): one start, about 10 s on 2 cores,
-    instead of one per module. A module that changes the upstream's policy sets it back to `reference`."""
-    with running_stack(tmp_path_factory.mktemp("scripted-stack"), env_overrides={"max_concurrent_envs": 64}) as st:
+    that need nothing else of them (test_env_server, test_eval, test_sft_teacher, test_ask, test_ui,
+    test_imported_tasks): one start, about 10 s on 2 cores, instead of one per module. A module that changes the
+    upstream's policy sets it back to `reference`.
+
+    Its env server reads imported splits from a task store of its own, `store_dir` (empty at start; the store is
+    read per task id, so a split imported into it while the server runs is served): test_imported_tasks imports
+    there instead of starting a stack of its own."""
+    tmp = tmp_path_factory.mktemp("scripted-stack")
+    store_dir = tmp / "task-store"
+    with running_stack(tmp, env_overrides={"max_concurrent_envs": 64},
+                       extra_toml=f'\n[tasks]\nstore_dir = "{store_dir}"\n') as st:
+        st.store_dir = store_dir
         yield st
