@@ -13,6 +13,7 @@ from fathom.eval.evaluate import build_results
 from fathom.eval.report import write_outputs
 from fathom.eval.runner import EvalError, EvalRunner, EvalTarget
 from fathom.protocol import EpisodeLimits, Sampling
+from tests.integration.env_server_stack import fathom_here
 from tests.ports import free_port
 
 # 16k+ contexts so the `recursive` policy's 9000-character llm() runs as a nested RLM episode (depth 1 tree).
@@ -60,16 +61,12 @@ def test_eval_scores_real_episodes_with_trees(report):
 
 
 def test_cli_eval_writes_outputs(stack, tmp_path):
-    """Through the CLI app in-process: `fathom eval` runs as its own process in test_eval_vllm and
-    test_imported_tasks, and one more would only add its imports."""
-    from typer.testing import CliRunner
-
-    from fathom.entrypoints.cli import app
-
+    """Through the CLI app in-process: `fathom eval` runs as its own process in test_eval_vllm, and one more would
+    only add its imports."""
     stack.set_policy("reference")
     out = tmp_path / "out"
-    r = CliRunner().invoke(app, ["eval", "--config", str(stack.tmp / "stack.toml"), "--tasks", ",".join(TASKS[:2]),
-                                 "--out", str(out), "--eval.concurrency", "2"])
+    r = fathom_here("eval", "--config", str(stack.tmp / "stack.toml"), "--tasks", ",".join(TASKS[:2]), "--out",
+                    str(out), "--eval.concurrency", "2")
     assert r.exit_code == 0, r.output[-2000:]
     assert "base: pass@1 1.000" in r.stdout
     assert {p.name for p in out.iterdir()} >= {"results.json", "episodes.jsonl", "pareto.png", "report.html"}

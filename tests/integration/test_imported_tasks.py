@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from tests.integration.env_server_stack import ROOT, run_episodes
+from tests.integration.env_server_stack import ROOT, fathom_here, run_episodes
 
 # The `no_tools` policy answers FINAL(<first quoted word of the question>): rows 0 and 2 are right (through an
 # alias, and through numeric tolerance), row 1 is wrong; row 3 is never loaded before its file is changed.
@@ -59,10 +59,12 @@ def test_a_separate_env_server_serves_imported_ids_from_the_store(stack):
 
 
 def test_fathom_eval_scores_the_imported_split(stack, tmp_path):
+    """`fathom eval` through the CLI app in-process (test_eval_vllm runs it as its own process): the split is read
+    from the store the config names, as in a separate process."""
     out = tmp_path / "eval"
-    r = _fathom("eval", "--config", str(stack.tmp / "stack.toml"), "--split", "mydocs", "--n", "3", "--out", str(out),
-                "--eval.concurrency", "2")
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = fathom_here("eval", "--config", str(stack.tmp / "stack.toml"), "--split", "mydocs", "--n", "3", "--out",
+                    str(out), "--eval.concurrency", "2")
+    assert r.exit_code == 0, r.output[-2000:]
     assert "base: pass@1 0.667" in r.stdout and "over 3 scorable" in r.stdout
     res = json.loads((out / "results.json").read_text())
     assert res["split"] == "mydocs" and res["task_ids"] == ["mydocs-0", "mydocs-1", "mydocs-2"]
