@@ -106,12 +106,12 @@ def write_manifest(d: Path, **extra: object) -> None:
 
 def prepare_embedded(out: Path | None = None, force: bool = False) -> Path:
     """Build the embedded SmolLM2-135M-Instruct safetensors directory; idempotent (checksum-verified)."""
+    d = out or models_dir() / EMBEDDED_DIRNAME
+    if not force and is_prepared(d):
+        return d  # before torch's import: a prepared model costs its checksum only
     import torch
     from transformers import AutoModelForCausalLM
 
-    d = out or models_dir() / EMBEDDED_DIRNAME
-    if not force and is_prepared(d):
-        return d
     gguf = embedded_gguf()
     d.mkdir(parents=True, exist_ok=True)
     (d / MANIFEST).unlink(missing_ok=True)

@@ -22,12 +22,12 @@ from fathom.policy_server.models import (
 
 def build_tiny(out: Path | None = None, force: bool = False, seed: int = 0) -> Path:
     """A 2-layer, hidden-128 random-init Llama with the embedded tokenizer and chat template, for fast tests."""
+    d = out or models_dir() / TINY_DIRNAME
+    if not force and is_prepared(d):
+        return d  # before torch's import: a prepared model costs its checksum only
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    d = out or models_dir() / TINY_DIRNAME
-    if not force and is_prepared(d):
-        return d
     d.mkdir(parents=True, exist_ok=True)
     (d / MANIFEST).unlink(missing_ok=True)
     tok = load_gguf_tokenizer(embedded_gguf())

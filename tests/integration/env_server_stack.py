@@ -114,6 +114,23 @@ def running_stack(tmp: Path, **kw: object) -> Iterator[Stack]:
         yield Stack(tmp, sup).start(**kw)  # type: ignore[arg-type]
 
 
+def fathom_here(*args: str) -> Any:
+    """`fathom ARGS` through the CLI app in this process (Typer's runner; the result has exit_code, stdout, stderr),
+    for checks whose subject is what a command does, not its process. A command applies its config's task settings
+    process-wide (`tasks.configure`: the store root, the haystack); they go back to the defaults afterwards, so the
+    tests after it see what a fresh process would."""
+    from typer.testing import CliRunner
+
+    from fathom.config import load_config
+    from fathom.entrypoints.cli import app
+    from fathom.tasks import configure
+
+    try:
+        return CliRunner().invoke(app, list(args))
+    finally:
+        configure(load_config(None, []).tasks)
+
+
 def run_episodes(env_url: str, bodies: list[dict], timeout_s: float = 600.0) -> list[dict]:
     """POST every episode at once, then collect each result (long-polling GET /episodes/{id})."""
     with httpx.Client(base_url=env_url, timeout=60) as c:

@@ -42,11 +42,9 @@ def check_episode(stack, res: dict, max_turns: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_stack(vllm_server, tmp_path_factory):
-    """Capture proxy and env server on the session's vLLM, rendering with the served tokenizer."""
-    with running_stack(tmp_path_factory.mktemp("tiny-stack"), upstream_url=vllm_server.base_url,
-                       model=vllm_server.model, env_overrides={"tokenizer": str(vllm_server.model_dir)}) as st:
-        yield st
+def tiny_stack(vllm_stack):
+    """Capture proxy and env server on the session's vLLM, rendering with the served tokenizer (conftest)."""
+    return vllm_stack
 
 
 def test_tiny_model_episode_runs_end_to_end(tiny_stack):

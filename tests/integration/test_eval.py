@@ -4,10 +4,7 @@ HTML report in a real browser (Debian's chromium driven by Playwright)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ from fathom.eval.evaluate import build_results
 from fathom.eval.report import write_outputs
 from fathom.eval.runner import EvalError, EvalRunner, EvalTarget
 from fathom.protocol import EpisodeLimits, Sampling
-from tests.integration.env_server_stack import ROOT
+from tests.integration.env_server_stack import fathom_here
 from tests.ports import free_port
 
 # 16k+ contexts so the `recursive` policy's 9000-character llm() runs as a nested RLM episode (depth 1 tree).
@@ -64,12 +61,13 @@ def test_eval_scores_real_episodes_with_trees(report):
 
 
 def test_cli_eval_writes_outputs(stack, tmp_path):
+    """Through the CLI app in-process: `fathom eval` runs as its own process in test_eval_vllm, and one more would
+    only add its imports."""
     stack.set_policy("reference")
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "fathom.entrypoints.cli", "eval", "--config", str(stack.tmp / "stack.toml"),
-                        "--tasks", ",".join(TASKS[:2]), "--out", str(out), "--eval.concurrency", "2"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300, env=os.environ)
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = fathom_here("eval", "--config", str(stack.tmp / "stack.toml"), "--tasks", ",".join(TASKS[:2]), "--out",
+                    str(out), "--eval.concurrency", "2")
+    assert r.exit_code == 0, r.output[-2000:]
     assert "base: pass@1 1.000" in r.stdout
     assert {p.name for p in out.iterdir()} >= {"results.json", "episodes.jsonl", "pareto.png", "report.html"}
 

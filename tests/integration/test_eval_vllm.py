@@ -38,32 +38,33 @@ def cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=timeout, env=os.environ)
 
 
-def test_eval_base_against_hot_loaded_adapters(vllm_server, run_dir, tiny_model_dir, tmp_path):
+def test_eval_base_against_hot_loaded_adapters(vllm_server, vllm_stack, run_dir, tiny_model_dir, tmp_path):
+    """On the session's proxy and env server in front of vLLM (conftest's `vllm_stack`: two turns, one per
+    sub-call)."""
     other = make_lora_adapter(tiny_model_dir, tmp_path / "other-adapter", rank=8, seed=1)
-    with running_stack(tmp_path, upstream_url=vllm_server.base_url, model=vllm_server.model,
-                       env_overrides={"max_turns": 2, "sub_rlm_max_turns": 1}) as st:
-        out = tmp_path / "out"
-        r = cli("eval", "--config", str(st.tmp / "stack.toml"), "--adapter", f"sft={other}",
-                "--adapter", f"grpo={run_dir}", "--tasks", TASKS, "--out", str(out), "--trainer.max_completion_tokens", "48",
-                "--eval.concurrency", "2")
-        assert r.returncode == 0, r.stderr[-3000:]
-        res = json.loads((out / "results.json").read_text())
-        assert list(res["models"]) == ["base", "sft", "grpo"]
-        assert [(c["base"], c["adapter"]) for c in res["comparisons"]] == [("base", "sft"), ("base", "grpo")]
-        assert all(c["n"] + c["excluded"] == 2 for c in res["comparisons"])
-        assert res["models"]["grpo"]["adapter_path"].endswith("checkpoint-3")  # newest complete, not checkpoint-4.tmp
-        names = {lab: res["models"][lab]["model"] for lab in res["models"]}
-        assert names["base"] == vllm_server.model and names["sft"].startswith("fathom-eval-sft-")
-        # Unloaded afterwards: LoRA slots are not left filled.
-        served = [m["id"] for m in httpx.get(f"{vllm_server.base_url}/v1/models").json()["data"]]
-        assert not [m for m in served if m.startswith("fathom-eval-")]
-        # Every call of an episode was sampled from its own model.
-        eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
-        for e in eps:
-            info = httpx.get(f"{st.proxy_url}/sessions/{e['episode']['session_id']}").json()
-            assert info["trainable"] is False and info["calls"] >= 1 and info["model"] == names[e["label"]]
-        texts = {lab: [t["completion"] for e in eps if e["label"] == lab for t in e["episode"]["turns"]] for lab in names}
-        assert texts["base"] != texts["grpo"] != texts["sft"]  # each adapter's random B changes greedy output
+    st = vllm_stack
+    out = tmp_path / "out"
+    r = cli("eval", "--config", str(st.tmp / "stack.toml"), "--adapter", f"sft={other}",
+            "--adapter", f"grpo={run_dir}", "--tasks", TASKS, "--out", str(out), "--trainer.max_completion_tokens", "48",
+            "--eval.concurrency", "2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    assert list(res["models"]) == ["base", "sft", "grpo"]
+    assert [(c["base"], c["adapter"]) for c in res["comparisons"]] == [("base", "sft"), ("base", "grpo")]
+    assert all(c["n"] + c["excluded"] == 2 for c in res["comparisons"])
+    assert res["models"]["grpo"]["adapter_path"].endswith("checkpoint-3")  # newest complete, not checkpoint-4.tmp
+    names = {lab: res["models"][lab]["model"] for lab in res["models"]}
+    assert names["base"] == vllm_server.model and names["sft"].startswith("fathom-eval-sft-")
+    # Unloaded afterwards: LoRA slots are not left filled.
+    served = [m["id"] for m in httpx.get(f"{vllm_server.base_url}/v1/models").json()["data"]]
+    assert not [m for m in served if m.startswith("fathom-eval-")]
+    # Every call of an episode was sampled from its own model.
+    eps = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    for e in eps:
+        info = httpx.get(f"{st.proxy_url}/sessions/{e['episode']['session_id']}").json()
+        assert info["trainable"] is False and info["calls"] >= 1 and info["model"] == names[e["label"]]
+    texts = {lab: [t["completion"] for e in eps if e["label"] == lab for t in e["episode"]["turns"]] for lab in names}
+    assert texts["base"] != texts["grpo"] != texts["sft"]  # each adapter's random B changes greedy output
 
 
 def test_export_loads_in_peft_and_fathom_serve_serves_it(tiny_model_dir, run_dir, tmp_path):

@@ -1,5 +1,6 @@
 """An imported split end to end: `fathom tasks import` in one process, served by a separately started env server
-(scripted upstream, real proxy and sandbox), scored by `fathom eval --split`, and refused once a stored file changes."""
+(the session's scripted stack: scripted upstream, real proxy and sandbox, started before the import), scored by
+`fathom eval --split`, and refused once a stored file changes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from tests.integration.env_server_stack import ROOT, run_episodes, running_stack
+from tests.integration.env_server_stack import ROOT, fathom_here, run_episodes
 
 # The `no_tools` policy answers FINAL(<first quoted word of the question>): rows 0 and 2 are right (through an
 # alias, and through numeric tolerance), row 1 is wrong; row 3 is never loaded before its file is changed.
@@ -32,18 +33,22 @@ def _fathom(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(scripted_stack, tmp_path_factory):
+    """The session's scripted stack (conftest), already running, on the `no_tools` policy: its env server serves
+    the task store that `fathom tasks import` writes here, in a process of its own."""
     tmp = tmp_path_factory.mktemp("imported")
-    store_dir = tmp / "store"
+    store_dir = scripted_stack.store_dir
     src = tmp / "mydocs.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     cfg = tmp / "store.toml"
     cfg.write_text(f'[tasks]\nstore_dir = "{store_dir}"\n')
     r = _fathom("tasks", "import", str(src), "--name", "mydocs", "-c", str(cfg), "--no-progress")
     assert r.returncode == 0, r.stderr[-2000:]
-    with running_stack(tmp, policy="no_tools", extra_toml=f'\n[tasks]\nstore_dir = "{store_dir}"\n') as st:
-        st.store_dir = store_dir
-        yield st
+    scripted_stack.set_policy("no_tools")
+    try:
+        yield scripted_stack
+    finally:
+        scripted_stack.set_policy("reference")
 
 
 def test_a_separate_env_server_serves_imported_ids_from_the_store(stack):
@@ -54,10 +59,12 @@ def test_a_separate_env_server_serves_imported_ids_from_the_store(stack):
 
 
 def test_fathom_eval_scores_the_imported_split(stack, tmp_path):
+    """`fathom eval` through the CLI app in-process (test_eval_vllm runs it as its own process): the split is read
+    from the store the config names, as in a separate process."""
     out = tmp_path / "eval"
-    r = _fathom("eval", "--config", str(stack.tmp / "stack.toml"), "--split", "mydocs", "--n", "3", "--out", str(out),
-                "--eval.concurrency", "2")
-    assert r.returncode == 0, r.stderr[-2000:]
+    r = fathom_here("eval", "--config", str(stack.tmp / "stack.toml"), "--split", "mydocs", "--n", "3", "--out",
+                    str(out), "--eval.concurrency", "2")
+    assert r.exit_code == 0, r.output[-2000:]
     assert "base: pass@1 0.667" in r.stdout and "over 3 scorable" in r.stdout
     res = json.loads((out / "results.json").read_text())
     assert res["split"] == "mydocs" and res["task_ids"] == ["mydocs-0", "mydocs-1", "mydocs-2"]

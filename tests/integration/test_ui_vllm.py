@@ -9,7 +9,7 @@ page that waited minutes with nothing on it.
 from __future__ import annotations
 
 import shutil
-from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -38,15 +38,48 @@ def adapter_on_vllm(vllm_server, tmp_path_factory):
             pc.unload_adapter(ADAPTER)
 
 
-@contextmanager
-def _ui(logs: Path, base_url: str, tokenizer: Path) -> Iterator[tuple[Path, str]]:
-    """`fathom ui` on the adapter, served until the block ends; yields its log file and its URL."""
-    port = free_port()
-    with supervisor(logs) as sup:
-        ui = sup.serve("ui", [FATHOM, "ui", "--base-url", base_url, "--model", ADAPTER, "--port", str(port),
-                              "--tokenizer", str(tokenizer), "--max-turns", "1", "--trainer.max_completion_tokens",
-                              "32"], f"http://127.0.0.1:{port}/", START_TIMEOUT_S)
-        yield ui.log_path, f"http://127.0.0.1:{port}/"
+@dataclass
+class Ui:
+    log: Path
+    url: str
+
+
+@pytest.fixture(scope="module")
+def uis(vllm_server, adapter_on_vllm, tmp_path_factory) -> Iterator[dict[str, Ui]]:
+    """Two `fathom ui`s on the adapter, started side by side (their imports take most of a start): `served` renders
+    with the served model's tokenizer; `wrong` with the tiny model's tokenizer under another chat template, which
+    the engine check at the runtime's start refuses."""
+    tmp = tmp_path_factory.mktemp("ui-vllm")
+    wrong = tmp / "wrong-tokenizer"
+    wrong.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(vllm_server.model_dir / f, wrong / f)
+    (wrong / "chat_template.jinja").write_text("Conversation:\n" + (wrong / "chat_template.jinja").read_text())
+    with supervisor(tmp) as sup:
+        started = {}
+        for name, tokenizer in (("served", vllm_server.model_dir), ("wrong", wrong)):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}/"
+            child = sup.spawn(name, [FATHOM, "ui", "--base-url", vllm_server.base_url, "--model", ADAPTER, "--port",
+                                     str(port), "--tokenizer", str(tokenizer), "--max-turns", "1",
+                                     "--trainer.max_completion_tokens", "32"], url, server=True)
+            started[name] = (child, Ui(child.log_path, url))
+        for child, _ in started.values():
+            sup.wait_healthy(child, START_TIMEOUT_S)
+        yield {name: ui for name, (_, ui) in started.items()}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless chromium for the module; each test opens its own page."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
 
 
 def _run_example(page, url: str) -> None:
@@ -59,52 +92,37 @@ def _run_example(page, url: str) -> None:
     page.click("#run")
 
 
-def test_an_episode_on_the_adapter_runs_to_its_end(vllm_server, adapter_on_vllm, tmp_path):
-    from playwright.sync_api import sync_playwright
-
+def test_an_episode_on_the_adapter_runs_to_its_end(uis, browser):
     errors: list[str] = []
-    with _ui(tmp_path, vllm_server.base_url, vllm_server.model_dir) as (log, url):
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                _run_example(page, url)
-                page.wait_for_selector("#result [data-kind=reward]", timeout=180_000)
-                status = page.inner_text("#status")
-                assert status.startswith(f"Done on {ADAPTER}") and "token path" in status, status
-                assert page.locator("#tree [data-kind=turn][data-depth='0']").count() == 1  # --max-turns 1
-                assert "(wrong)" in page.inner_text("#result [data-kind=reward]")  # a random model scores, wrongly
-            finally:
-                browser.close()
+    ui = uis["served"]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        _run_example(page, ui.url)
+        page.wait_for_selector("#result [data-kind=reward]", timeout=180_000)
+        status = page.inner_text("#status")
+        assert status.startswith(f"Done on {ADAPTER}") and "token path" in status, status
+        assert page.locator("#tree [data-kind=turn][data-depth='0']").count() == 1  # --max-turns 1
+        assert "(wrong)" in page.inner_text("#result [data-kind=reward]")  # a random model scores, wrongly
+    finally:
+        page.close()
     assert not errors, errors
-    assert not [x for x in log.read_text().splitlines() if x.startswith("warning:")]
+    assert not [x for x in ui.log.read_text().splitlines() if x.startswith("warning:")]
 
 
-def test_a_runtime_that_cannot_start_reaches_the_page_and_the_console(vllm_server, adapter_on_vllm, tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    # The tiny model's tokenizer with another chat template: the engine check at start refuses it.
-    wrong = tmp_path / "wrong-tokenizer"
-    wrong.mkdir()
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(vllm_server.model_dir / f, wrong / f)
-    (wrong / "chat_template.jinja").write_text("Conversation:\n" + (wrong / "chat_template.jinja").read_text())
-    with _ui(tmp_path, vllm_server.base_url, wrong) as (log, url):
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                _run_example(page, url)
-                page.wait_for_function("document.querySelector('#status').innerText.startsWith('Failed')",
-                                       timeout=180_000)
-                status = page.inner_text("#status")
-                assert f"Failed on {ADAPTER}: could not start the episode runtime for 'fathom-base': the served " \
-                       "model's chat template or tokenizer differs" in status, status
-                toast = page.locator(".toast-body").first
-                toast.wait_for(timeout=10_000)
-                assert "chat template or tokenizer differs" in toast.inner_text()
-            finally:
-                browser.close()
-    warnings = [x for x in log.read_text().splitlines() if x.startswith("warning:")]
+def test_a_runtime_that_cannot_start_reaches_the_page_and_the_console(uis, browser):
+    ui = uis["wrong"]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _run_example(page, ui.url)
+        page.wait_for_function("document.querySelector('#status').innerText.startsWith('Failed')", timeout=180_000)
+        status = page.inner_text("#status")
+        assert f"Failed on {ADAPTER}: could not start the episode runtime for 'fathom-base': the served " \
+               "model's chat template or tokenizer differs" in status, status
+        toast = page.locator(".toast-body").first
+        toast.wait_for(timeout=10_000)
+        assert "chat template or tokenizer differs" in toast.inner_text()
+    finally:
+        page.close()
+    warnings = [x for x in ui.log.read_text().splitlines() if x.startswith("warning:")]
     assert warnings and "chat template or tokenizer differs" in warnings[0], warnings

@@ -57,6 +57,9 @@ def make_proxy(engine):
     yield make
     for p in started:
         p.http.close()
+        p.server.request_stop()
+    engine[1].request_stop()  # the engine fixture's own stop then only waits: all of them shut down side by side
+    for p in started:
         p.server.stop()
 
 
