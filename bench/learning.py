@@ -157,7 +157,7 @@ def evaluate(run_dir: Path) -> dict:
         # Per family and stage: llm() calls per episode, share of episodes that called it, pass@1 with and without
         # sub-calls, sub-call tokens per episode (fathom/eval/metrics.py, selectivity).
         "selectivity": {k: _selectivity(v) for k, v in s["stages"].items()},
-        # Per family and stage: episodes whose program opened with their own family's task line, out of n, and what
+        # Per family and stage: episodes whose first program was their own family's kind, out of n, and what
         # the rest wrote (fathom/eval/metrics.py, routing). Runs scored before it was recorded: {}.
         "routing": {k: {f: f"{r['own']}/{r['n']}" for f, r in (v.get("routing") or {}).items()}
                     for k, v in s["stages"].items()},

@@ -65,8 +65,8 @@ def _sub_tokens(turns: Iterable[TurnStat]) -> int:
 
 
 def first_program_family(turns: Iterable[TurnStat]) -> str | None:
-    """The family of the first root-turn program that opens with a reference task line (tasks/reference.py),
-    or None when the model never wrote one."""
+    """The family of the first root-turn program that is some family's reference program (the nearest reference
+    body, tasks/reference.program_family), or None when the model never wrote one."""
     return next((f for t in turns for b in t.code_blocks if (f := program_family(b)) is not None), None)
 
 
@@ -122,8 +122,8 @@ def selectivity(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def routing(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Did the model pick its task's kind of program? Per generated family, over scorable episodes: how many wrote a
-    program opening with their own family's task line, and the family of what the others wrote ("none": no task
-    line). A family that is never routed right cannot be solved, whatever the program's body."""
+    program of their own family's kind, and the family of what the others wrote ("none": no family's program).
+    A family that is never routed right cannot be solved, however well the model writes the right program."""
     out: dict[str, Any] = {}
     for fam in FAMILIES:
         rs = [r for r in rows if r["scorable"] and r["family"] == fam]

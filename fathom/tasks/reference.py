@@ -13,6 +13,7 @@ it by hand: a model that learns these programs need not copy a key out of a word
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from fathom.tasks.families import MODULES
@@ -191,12 +192,30 @@ TASK_LINES = {
 }
 _FAMILY_OF_KIND = {"count": "aggregate", "sum": "aggregate", "argmax": "aggregate", "config": "code_qa",
                    "where": "code_qa", "calls": "code_qa"}
-_FAMILY_OF_LINE = {f"# {line}": _FAMILY_OF_KIND.get(kind, kind) for kind, line in TASK_LINES.items()}
+_BODIES = {"needle": _NEEDLE, "kv_chain": _CHAIN, "pairs": _ROWS + _PAIRS, "config": _CONFIG, "where": _WHERE,
+           "calls": _CALLS, "bios": _BIOS, **{op: _ROWS + body for op, body in _AGGREGATE.items()}}
+# What `program_family` sets aside before comparing: comment lines (the task line a model words its own way), the
+# import, and the constants a program opens with (the key's pattern, phrase banks), which differ from task to task.
+_PREAMBLE = re.compile(r"^(#.*|import re|[A-Z][A-Z0-9_]* = .*)$")
+MIN_SIMILARITY = 0.6
+"""How close (difflib's ratio) a program's body must come to a reference body to count as that kind of program."""
+
+
+def program_body(code: str) -> str:
+    """`code` without its preamble (comments, the import, the opening constants), as `program_family` compares it."""
+    return "\n".join(ln for ln in code.strip().splitlines() if not _PREAMBLE.match(ln.strip())).strip()
 
 
 def program_family(code: str) -> str | None:
-    """The family whose reference program opens with `code`'s first line (its task line), or None."""
-    return _FAMILY_OF_LINE.get(code.lstrip().split("\n", 1)[0].strip())
+    """Which family's reference program `code` is: the family of the reference body it is most similar to, when at
+    least MIN_SIMILARITY; else None (not a program of any family). A model words its task line its own way (often
+    the question's words), so the body decides, not the line."""
+    body = program_body(code)
+    if not body:
+        return None
+    score, kind = max((difflib.SequenceMatcher(None, body, ref.strip(), autojunk=False).ratio(), kind)
+                      for kind, ref in _BODIES.items())
+    return _FAMILY_OF_KIND.get(kind, kind) if score >= MIN_SIMILARITY else None
 
 
 def reference_solution(question: str) -> str:

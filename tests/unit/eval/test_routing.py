@@ -1,4 +1,4 @@
-"""Routing: which kind of program a model wrote for each family, read from its programs' task lines, on hand-built
+"""Routing: which kind of program a model wrote for each family, read from its first program's body, on hand-built
 episodes."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_routing_reads_each_familys_first_program() -> None:
         _ep("kv_chain-4k-s1", [[_program("kv_chain")]], True),
         _ep("kv_chain-4k-s2", [[_program("needle")]]),  # the needle program for a chain: routed wrong
         _ep("kv_chain-4k-s3", [[look], [_program("needle")]]),  # a look first, then the needle program
-        _ep("kv_chain-4k-s4", [[look]]),  # no program with a task line at all
+        _ep("kv_chain-4k-s4", [[look]]),  # no program of any family at all
         _ep("kv_chain-4k-s5", [[_program("kv_chain")]], None),  # unscorable: in no figure
         _ep("pairs-4k-s1", [[_program("aggregate"), _program("pairs")]]),  # the first block decides
         _ep("code_qa-4k-s1", [["x = 1"], [_program("code_qa")]], True),

@@ -131,4 +131,18 @@ def test_each_kind_of_program_opens_with_its_own_task_line() -> None:
                 firsts.setdefault(first, set()).add(family)
     assert sorted(firsts) == sorted(f"# {line}" for line in TASK_LINES.values())  # every kind drawn, one line each
     assert program_family("import re\nFINAL(1)") is None and program_family("# Follow the links") is None
-    assert program_family("") is None
+    assert program_family("") is None and program_family("print(len(context))\nprint(context[:300])") is None
+
+
+def test_program_family_reads_the_body_not_the_task_line() -> None:
+    """A model words its task line its own way, and may put one family's line on another's program."""
+    from fathom.tasks.reference import TASK_LINES, program_family
+
+    chain = reference_solution(generate("kv_chain", 3, 4096).question)
+    needle = reference_solution(generate("needle", 3, 4096).question)
+    body = chain.split("\n", 1)[1]
+    assert program_family("# Follow the chain that starts at the key.\n" + body) == "kv_chain"
+    assert program_family(body) == "kv_chain"  # no task line at all
+    assert program_family(f"# {TASK_LINES['kv_chain']}\n" + needle.split("\n", 1)[1]) == "needle"
+    # A program cut short by the output cap is still the kind it started as.
+    assert program_family(chain[: int(len(chain) * 0.8)]) == "kv_chain"
