@@ -20,7 +20,7 @@ def summarize_stages(per_stage: dict[str, dict[str, bool]], results: dict[str, d
         s = results[label]
         out["stages"][label] = {"pass@1": s["pass@1"], "unscorable": s["unscorable"], "n": s["n"],
                                 "mean_tokens": s["tokens"]["mean_total"], "by_family": s["by_family"],
-                                "selectivity": s.get("selectivity")}
+                                "selectivity": s.get("selectivity"), "routing": s.get("routing")}
     pairs = [(labels[i - 1], labels[i]) for i in range(1, len(labels))]
     if len(labels) > 2:
         pairs.append((labels[0], labels[-1]))

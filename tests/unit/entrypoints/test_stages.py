@@ -208,7 +208,8 @@ def _family_summary(correct: dict[str, bool], calls: dict[str, int]) -> dict:
     rows = [{"task_id": t, "family": t.split("-")[0], "length": 4096, "scorable": True, "correct": ok, "reward": 0.0,
              "llm_calls": calls.get(t, 0), "sub_tokens": 50 * calls.get(t, 0), "total_tokens": 500, "root_tokens": 450,
              "subcalls_by_depth": {}, "repl_errors": 0, "no_code_turns": 0, "truncated_turns": 0,
-             "format_failure": False, "stop_reason": "final", "error": None, "wall_s": 1.0}
+             "format_failure": False, "stop_reason": "final", "error": None, "wall_s": 1.0,
+             "program_family": t.split("-")[0] if ok else None}  # the right program exactly when right
             for t, ok in correct.items()]
     return summarize(rows, max_model_len=4096, boot={"n": 200, "seed": 0})
 
@@ -236,3 +237,5 @@ def test_learning_bench_judges_the_per_family_and_selectivity_targets(tmp_path: 
     assert with_calls == {"correct": 30, "n": 35, "pass@1": pytest.approx(30 / 35)}
     assert out["paired_by_family"]["grpo-sft"]["needle"]["delta"] == pytest.approx(2 / 40)
     assert out["by_family"]["sft"]["bios"] == pytest.approx(14 / 40)
+    assert out["routing"]["sft"] == {"needle": "20/40", "bios": "14/40"}
+    assert out["routing_wrote"]["grpo"]["bios"] == {"none": 10}
