@@ -173,11 +173,10 @@ def _records_params(labels: tuple[str, ...]) -> dict[str, object]:
     return {"PHRASES": phrases, "VOID": "|".join(re.escape(v.strip()) for v in VOID.values())}
 
 
-# Each kind of program opens with its own task line, a comment naming the kind of task. Programs of one family
-# share most of their opening (needle and kv_chain the same forty lines, aggregate and pairs the same record filter),
-# so without it the one choice that depends on the question's wording would fall a hundred tokens into the reply,
-# far from the question; with it the model makes that choice at its first token, and evaluation can read which
-# kind of program a model wrote (`program_family`).
+# Each kind of program opens with its own task line, a comment naming the kind of task. Related families' programs
+# share their opening (needle and kv_chain their constants and two helper functions, aggregate and pairs the record
+# filter), so without it the one choice that depends on the question's wording would fall a hundred tokens into the
+# reply, far from the question; with it the model makes that choice at its first token (docs/toolbox.md).
 TASK_LINES = {
     "needle": "The magic number stated for the key.",
     "kv_chain": "Follow the links from the start key to a value.",
