@@ -9,14 +9,17 @@ import asyncio
 import io
 import itertools
 import json
+import re
 import time
 from typing import Any, Callable
-
-import re
 
 import httpx
 
 from fathom.env_server.sandbox import RunResult, toolbox
+
+# The REPL's helpers (grep, line_at, ...), which reference programs call: plain Python here, since the fake REPL runs
+# trusted test code (the restricted ones: tests/integration/sandbox). Compiled once, installed in every episode.
+_TOOLBOX = compile(toolbox.SOURCE, "<toolbox>", "exec")
 
 
 class FakeEpisode:
@@ -47,9 +50,7 @@ class FakeEpisode:
             self._final = str(self.ns[name])
 
         self.ns.update(llm=llm, llm_batch=batch, FINAL=final, FINAL_VAR=final_var)
-        # The REPL's helpers (grep, line_at, ...), which reference programs call; plain Python here, since the fake
-        # REPL runs trusted test code (the restricted ones: tests/integration/sandbox).
-        toolbox.install(self.ns, {}, compile(toolbox.SOURCE, "<toolbox>", "exec"), context, re)
+        toolbox.install(self.ns, {}, _TOOLBOX, context, re)
 
     def run(self, code: str) -> RunResult:
         buf = io.StringIO()
