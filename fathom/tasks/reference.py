@@ -73,7 +73,7 @@ FINAL(answer)
 # stays inside the output cap.
 _ROWS = '''
 label = re.search("positive|negative|neutral", question.lower()).group(0)
-rows = [r for r in grep("R\\\\d{6}.*(" + PHRASES[label] + ")") if not re.search(VOID, r)]
+rows = [r for r in grep(PHRASES[label]) if not re.search(VOID, r)]
 '''
 
 _AGGREGATE = {
@@ -97,7 +97,7 @@ start = context.find(head)
 end = context.find("\\n### FILE: ", start + 1)
 section = context[start:end] if end >= 0 else context[start:]
 value = None
-for m in re.finditer("(?m)^" + re.escape(NAME) + r"[ \\t]*(\\+?=)[ \\t]*(-?\\d+)[ \\t]*$", section):
+for m in re.finditer("(?m)^" + re.escape(SETTING) + r"[ \\t]*(\\+?=)[ \\t]*(-?\\d+)[ \\t]*$", section):
     if m.group(1) == "=":
         value = int(m.group(2))
     else:
@@ -106,14 +106,14 @@ FINAL(str(value))
 '''
 
 _WHERE = '''
-m = re.search("(?m)^def " + re.escape(NAME) + r"\\(", context)
+m = re.search("(?m)^def " + re.escape(FUNC) + r"\\(", context)
 head = context.rfind("### FILE: ", 0, m.start())
 FINAL(context[head + 10:context.find("\\n", head)])
 '''
 
 _CALLS = '''
 answer = None
-for m in re.finditer(r"(?<![\\w.])" + re.escape(NAME) + r"\\(", context):
+for m in re.finditer(r"(?<![\\w.])" + re.escape(FUNC) + r"\\(", context):
     start = context.rfind("\\n", 0, m.start()) + 1
     before = context[start:m.start()]
     if "#" in before or before.count('"') % 2 == 1 or before.strip() == "def":
@@ -127,7 +127,7 @@ FINAL(answer)
 # The person's passages (grep) and the question go to one sub-call: their wording varies too much for a short
 # program to read the city out of them, and a model can.
 _BIOS = '''
-FINAL(llm("\\n".join(grep(NAME)) + "\\n\\n" + question).strip())
+FINAL(llm("\\n".join(grep(PERSON)) + "\\n\\n" + question).strip())
 '''
 
 _KEY = re.compile(r"(?<![A-Za-z-])[a-z]+-[a-z]+(?![A-Za-z-])")
@@ -234,14 +234,14 @@ def reference_solution(question: str) -> str:
             else "count"
         return _program(TASK_LINES[op], _records_params(LABELS), _ROWS + _AGGREGATE[op])
     if "city" in low:
-        return _program(TASK_LINES["bios"], {"NAME": _ask(_PERSON, "person's name", q)}, _BIOS)
+        return _program(TASK_LINES["bios"], {"PERSON": _ask(_PERSON, "person's name", q)}, _BIOS)
     if _CONST.search(q):
-        return _program(TASK_LINES["config"], {"NAME": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
+        return _program(TASK_LINES["config"], {"SETTING": _Ask(_CONST), "PATH": _ask(_PATH, "settings path", q)}, _CONFIG)
     name = _ask(_FUNC, "function name", q)
     if "defin" in low or "path of the file" in low:
-        return _program(TASK_LINES["where"], {"NAME": name}, _WHERE)
+        return _program(TASK_LINES["where"], {"FUNC": name}, _WHERE)
     if "call" in low or "invoke" in low:
-        return _program(TASK_LINES["calls"], {"NAME": name}, _CALLS)
+        return _program(TASK_LINES["calls"], {"FUNC": name}, _CALLS)
     raise ValueError(f"question {q[:120]!r} matches no task family; reference solutions cover generated tasks only")
 
 
