@@ -48,7 +48,19 @@ class SftConfig(FathomModel):
     """Examples per forward pass, padded to the longest (no packing); `batch_size` must be a multiple of it and the
     rest is gradient accumulation. The step's loss is the mean over its trained tokens either way, so only the speed
     changes: 1 wastes no compute on padding, 105 against 131-138 s for 24 demo SFT rows (micro 2: 118 s; 2-core AMD
-    EPYC, bf16), with the same losses to four digits. On a GPU a larger micro-batch fills the device better."""
+    EPYC, bf16), with the same losses to four digits. On a GPU a larger micro-batch fills the device better. With
+    `share_prefix` on (the CPU default) a step is one packed pass instead and this stays 1."""
+
+    share_prefix: bool | Literal["auto"] = "auto"
+    """Forward each optimizer step's `batch_size` rows as one packed row in which a prefix two rows share (the system
+    prompt, an episode's earlier turns) is forwarded once (`trainer/sft_pack.py`): the same loss and gradients as
+    one row a pass, on fewer tokens (a demo SFT file's steps forward about 0.63x the tokens of their rows; the share
+    is `forwarded_token_frac` in sft_metrics.json and each step's line of sft_log.jsonl). The packed row needs the
+    `segment_sdpa` attention, which reads the prefix tree from the position ids, and the model is loaded with it
+    when this is on. `auto` is on where CUDA is absent and `micro_batch_size` is 1, the CPU setting, where every
+    token costs its share of two cores; on a GPU, padded micro-batches under transformers' attention fill the device
+    and a shared prefix saves little. `true` cannot be combined with a `micro_batch_size` above 1: a step is one
+    packed pass."""
 
     bf16: bool | Literal["auto"] = "auto"
     """bf16 autocast (weights stay fp32): `auto` turns it on where bf16 matmuls are native (CUDA, or a CPU with
@@ -80,5 +92,11 @@ class SftConfig(FathomModel):
             raise ValueError(
                 f"sft.batch_size ({self.batch_size}) is not a multiple of sft.micro_batch_size "
                 f"({self.micro_batch_size}): set micro_batch_size to a divisor of batch_size"
+            )
+        if self.share_prefix is True and self.micro_batch_size > 1:
+            raise ValueError(
+                f"sft.share_prefix = true forwards each step's sft.batch_size rows as one packed row, so "
+                f"sft.micro_batch_size ({self.micro_batch_size}) cannot apply: set micro_batch_size to 1, or "
+                f"share_prefix to false (or \"auto\") to keep padded micro-batches"
             )
         return self

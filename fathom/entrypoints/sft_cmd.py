@@ -87,9 +87,12 @@ def sft(
 
         metrics = train_sft(model_dir, rows, out_dir, sft=cfg.sft, lora=cfg.trainer.lora, on_step=on_step)
     frac = metrics.get("flop_fraction_of_peak")
-    console.print(f"SFT: {metrics.get('tokens_per_s')} tok/s fwd+bwd, "
-                  + (f"{frac:.1%} of this machine's measured {metrics['matmul_dtype']} matmul peak" if frac is not None
-                     else "no FLOP fraction (no wall time)"))
+    line = (f"SFT: {metrics.get('tokens_per_s')} tok/s fwd+bwd, "
+            + (f"{frac:.1%} of this machine's measured {metrics['matmul_dtype']} matmul peak" if frac is not None
+               else "no FLOP fraction (no wall time)"))
+    if (fwd := metrics.get("forwarded_token_frac")) is not None:
+        line += f"; forwarded {fwd:.0%} of the rows' tokens" + (", shared prefixes once" if metrics["share_prefix"] else "")
+    console.print(line)
     console.print(f"SFT done: {json.dumps(metrics)}; adapter in {out_dir / 'adapter'}")
 
 

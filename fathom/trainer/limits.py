@@ -157,12 +157,16 @@ def attention_shape(config: Any) -> tuple[int, int, int, int]:
     return c.num_hidden_layers, heads, getattr(c, "num_key_value_heads", None) or heads, head_dim
 
 
-def train_flops(frozen: int, trainable: int, layers: int, heads: int, head_dim: int, lengths: list[int]) -> float:
-    """Forward + backward FLOPs of training on sequences of these lengths (one packed row or several rows)."""
+def train_flops(frozen: int, trainable: int, layers: int, heads: int, head_dim: int, lengths: list[int],
+                ancestors: list[int] | None = None) -> float:
+    """Forward + backward FLOPs of training on sequences of these lengths (one packed row or several rows).
+    `ancestors` (default none) are the tokens each sequence attends to before its own, forwarded elsewhere in its
+    row: a branch of a shared-prefix row (`prefix_tree`) attends to its prefix, then causally to itself."""
     tokens = sum(lengths)
     linear = (4 * frozen + 6 * trainable) * tokens
-    # forward: sum over i < n of 4 * heads * head_dim * (i + 1) per layer = 2 * heads * head_dim * n * (n + 1)
-    attn_fwd = sum(2 * layers * heads * head_dim * n * (n + 1) for n in lengths)
+    # forward: sum over i < n of 4 * heads * head_dim * (a + i + 1) per layer = 2 * heads * head_dim * n * (2a + n + 1)
+    attn_fwd = sum(2 * layers * heads * head_dim * n * (2 * a + n + 1)
+                   for n, a in zip(lengths, ancestors or [0] * len(lengths), strict=True))
     return linear + 3 * attn_fwd
 
 

@@ -4,6 +4,9 @@ Rows come from the captured traces through TRL's own chaining (`trl_compat.rollo
 GRPO uses: an SFT row and a GRPO row of the same episode hold the same tokens under the same mask. Labels are the
 token where the mask is 1 (a token the teacher wrote in an assistant turn) and -100 elsewhere (system prompt,
 question, REPL output, template tokens).
+
+On a CPU each optimizer step's rows are forwarded as one packed row in which a prefix they share is forwarded once
+(`sft.share_prefix`, `sft_pack.py`); elsewhere as micro-batches of padded rows. The loss is the same either way.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-IGNORE = -100
+from fathom.trainer.sft_pack import IGNORE
 
 
 def rows_from_trace(trace: Any, rollout_id: Any = 0) -> list[dict[str, Any]]:
@@ -53,20 +56,83 @@ def _lora_config(lora: Any):
                       target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
 
 
-def _flop_limit(model: Any, lengths: list[int], epochs: float, wall: float, bf16: bool) -> dict[str, Any]:
-    """The run's fwd+bwd FLOP/s (LoRA counted as trained, padding not) against this machine's matmul peak at the
-    dtype it trained in, measured now on the cores it trained on (`fathom.trainer.limits`)."""
+def share_prefix_on(sft: Any, cuda: bool) -> bool:
+    """Whether `sft.share_prefix` packs this run's steps as shared-prefix rows (`auto`: `SftConfig.share_prefix`)."""
+    if sft.share_prefix == "auto":
+        return not cuda and sft.micro_batch_size == 1
+    return bool(sft.share_prefix)
+
+
+def _flop_limit(model: Any, tally: Any, epochs: float, wall: float, bf16: bool) -> dict[str, Any]:
+    """The run's fwd+bwd FLOP/s (LoRA counted as trained, padding not; each sequence the steps forwarded, a
+    shared prefix once) against this machine's matmul peak at the dtype it trained in, measured now on the cores
+    it trained on (`fathom.trainer.limits`)."""
     from fathom.trainer import limits
 
     frozen, trainable = limits.linear_weights(model)
     layers, heads, _kv, head_dim = limits.attention_shape(model.config)
-    per_epoch = limits.train_flops(frozen, trainable, layers, heads, head_dim, lengths)
-    achieved = per_epoch * epochs / wall if wall else None
+    lengths, ancestors = [n for n, _ in tally.runs], [a for _, a in tally.runs]
+    run = limits.train_flops(frozen, trainable, layers, heads, head_dim, lengths, ancestors)
+    achieved = run / wall if wall and run else None
     machine = limits.measure("bfloat16" if bf16 else "float32")
-    return {"flops_per_epoch": per_epoch, "achieved_flop_s": round(achieved) if achieved else None,
+    return {"flops_per_epoch": run / epochs, "achieved_flop_s": round(achieved) if achieved else None,
             "flop_fraction_of_peak": limits.fraction(achieved, machine["matmul_peak_flop_s"]),
             "matmul_dtype": machine["dtype"], "matmul_peak_flop_s": round(machine["matmul_peak_flop_s"]),
             "copy_bytes_s": round(machine["copy_bytes_s"]), "cores": machine["cores"]}
+
+
+def build_trainer(model: Any, tok: Any, rows: list[dict[str, list[int]]], out_dir: Path, *, sft: Any, lora: Any,
+                  share: bool, total: int, tally: Any, callbacks: tuple[Any, ...] = ()) -> Any:
+    """TRL's SFTTrainer on `rows` for `total` optimizer steps of `sft.batch_size` rows: with `share`, each step one
+    shared-prefix packed row (`sft_pack`; `model` must attend with `segment_sdpa`), else micro-batches of
+    `sft.micro_batch_size` padded rows with gradient accumulation. Every micro-batch it trains goes to `tally`."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from fathom.trainer import cpu_compat
+    from fathom.trainer.sft_pack import SharedPrefixCollator
+
+    attn = getattr(model.config, "_attn_implementation", None)
+    if share and attn != cpu_compat.SEGMENT_SDPA:
+        raise ValueError(f"shared-prefix SFT rows need the {cpu_compat.SEGMENT_SDPA} attention, which reads the prefix "
+                         f"tree from the position ids; the model attends with {attn!r}: load it with "
+                         f"attn_implementation={cpu_compat.SEGMENT_SDPA!r} or set sft.share_prefix = false")
+
+    class TalliedSFTTrainer(SFTTrainer):
+        def training_step(self, model, inputs, *args, **kwargs):
+            tally.add(inputs)
+            return super().training_step(model, inputs, *args, **kwargs)
+
+    micro = sft.batch_size if share else sft.micro_batch_size
+    args = SFTConfig(
+        output_dir=str(out_dir / "trainer"),
+        learning_rate=sft.learning_rate,
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=sft.batch_size // micro,
+        max_steps=total,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, total // 10),
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        bf16=cpu_compat.use_bf16(sft.bf16, "sft.bf16"),
+        gradient_checkpointing=sft.gradient_checkpointing,
+        use_cpu=not torch.cuda.is_available(),
+        max_length=None,  # rows longer than sft.max_length were dropped, never cut
+        packing=False,  # TRL's packing concatenates rows whole; a shared-prefix step packs them in its own collator
+        dataloader_num_workers=0,
+        seed=sft.seed,
+        disable_tqdm=True,
+    )
+    data = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
+    trainer = TalliedSFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok,
+                      data_collator=SharedPrefixCollator() if share else None, peft_config=_lora_config(lora),
+                      callbacks=list(callbacks))
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # with disable_tqdm it prints every log dict; the caller's bar shows loss
+    return trainer
 
 
 def train_sft(
@@ -78,80 +144,64 @@ def train_sft(
     lora: Any,
     on_step: Callable[[int, int, float], None] | None = None,
 ) -> dict[str, Any]:
-    """Train a LoRA adapter with TRL's SFTTrainer; writes `out_dir/adapter` (PEFT) and returns the run's metrics.
-
-    Long because the trainer's settings, its progress callback and the metrics it returns belong to one run and
-    are read together; the row building and collation live in their own functions."""
+    """Train a LoRA adapter with TRL's SFTTrainer (`build_trainer`); writes `out_dir/adapter` (PEFT) and returns the
+    run's metrics."""
     import torch
-    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
 
     from fathom.trainer import cpu_compat
+    from fathom.trainer.sft_pack import StepTally
 
     cpu_compat.apply()  # TRL's fused LM head calls a Triton kernel; without CUDA it gets the pure-torch one
     if not rows:
         raise ValueError("no SFT examples: every recorded episode failed or was longer than sft.max_length")
+    share = share_prefix_on(sft, torch.cuda.is_available())
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if share:
+        cpu_compat.register_segment_sdpa()
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, **({"attn_implementation": cpu_compat.SEGMENT_SDPA} if share else {}))
     steps_per_epoch = math.ceil(len(rows) / sft.batch_size)
     total = max(1, math.ceil(steps_per_epoch * sft.epochs))
     log: list[dict[str, Any]] = []
+    tally = StepTally()
 
     class Progress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs:
-                log.append({"step": state.global_step, **{k: float(v) for k, v in logs.items()}})
+                log.append({"step": state.global_step, **{k: float(v) for k, v in logs.items()},
+                            "forwarded_token_frac": tally.take()})
                 if on_step:
                     on_step(state.global_step, total, float(logs["loss"]))
 
-    args = SFTConfig(
-        output_dir=str(out_dir / "trainer"),
-        learning_rate=sft.learning_rate,
-        per_device_train_batch_size=sft.micro_batch_size,
-        gradient_accumulation_steps=sft.batch_size // sft.micro_batch_size,
-        max_steps=total,
-        lr_scheduler_type="cosine",
-        warmup_steps=max(1, total // 10),
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        bf16=cpu_compat.use_bf16(sft.bf16, "sft.bf16"),
-        gradient_checkpointing=sft.gradient_checkpointing,
-        use_cpu=not torch.cuda.is_available(),
-        max_length=None,  # rows longer than sft.max_length were dropped, never cut
-        packing=False,
-        dataloader_num_workers=0,
-        seed=sft.seed,
-        disable_tqdm=True,
-    )
-    data = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok,
-                         peft_config=_lora_config(lora), callbacks=[Progress()])
-    from transformers.trainer_callback import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)  # with disable_tqdm it prints every log dict; the caller's bar shows loss
+    trainer = build_trainer(model, tok, rows, out_dir, sft=sft, lora=lora, share=share, total=total, tally=tally,
+                            callbacks=(Progress(),))
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
+    _save_adapter(trainer.model, tok, out_dir)
+    tokens = sum(len(r["input_ids"]) for r in rows)
+    trained = sum(1 for r in rows for t in r["labels"] if t != IGNORE)
+    limit = _flop_limit(trainer.model, tally, sft.epochs, wall, trainer.args.bf16)
+    metrics = {"examples": len(rows), "steps": total, "epochs": sft.epochs, "wall_s": round(wall, 1),
+               "tokens_per_epoch": tokens, "trained_tokens_per_epoch": trained,
+               "tokens_per_s": round(tokens * sft.epochs / wall, 1) if wall else None,
+               "share_prefix": share, "forwarded_tokens": tally.forwarded, "forwarded_token_frac": tally.frac(),
+               **limit, "first_loss": log[0]["loss"] if log else None, "last_loss": log[-1]["loss"] if log else None}
+    (out_dir / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    (out_dir / "sft_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def _save_adapter(model: Any, tok: Any, out_dir: Path) -> None:
     adapter = out_dir / "adapter"
     tmp = out_dir / "adapter.tmp"
-    trainer.model.save_pretrained(tmp)
+    model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     if adapter.exists():
         import shutil
 
         shutil.rmtree(adapter)
     tmp.rename(adapter)  # a half-written adapter is never seen under its final name
-    tokens = sum(len(r["input_ids"]) for r in rows)
-    trained = sum(1 for r in rows for t in r["labels"] if t != IGNORE)
-    limit = _flop_limit(trainer.model, [len(r["input_ids"]) for r in rows], sft.epochs, wall, args.bf16)
-    metrics = {"examples": len(rows), "steps": total, "epochs": sft.epochs, "wall_s": round(wall, 1),
-               "tokens_per_epoch": tokens, "trained_tokens_per_epoch": trained,
-               "tokens_per_s": round(tokens * sft.epochs / wall, 1) if wall else None, **limit,
-               "first_loss": log[0]["loss"] if log else None, "last_loss": log[-1]["loss"] if log else None}
-    (out_dir / "sft_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
-    (out_dir / "sft_metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    return metrics

@@ -27,3 +27,8 @@ def test_sft_trains_on_demonstrations_only(tiny_model_dir: Path, tmp_path: Path)
     rows = [json.loads(line) for line in (out / "data.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(any(x != -100 for x in row["labels"]) for row in rows)
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    # on CPU each step's two rows (the same conversation) go as one packed row: their prompt is forwarded once
+    metrics = json.loads((out / "sft_metrics.json").read_text())
+    assert metrics["share_prefix"] is True and 0 < metrics["forwarded_token_frac"] < 1
+    printed = " ".join(r.stderr.split())  # rich wraps long lines
+    assert f"forwarded {metrics['forwarded_token_frac']:.0%} of the rows' tokens, shared prefixes once" in printed

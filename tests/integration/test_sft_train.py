@@ -1,5 +1,6 @@
-"""`train_sft` on the tiny model: TRL's SFTTrainer writes the adapter, and splitting a step into micro-batches
-(gradient accumulation, no padding) trains the same step as one padded batch."""
+"""`train_sft` on the tiny model: TRL's SFTTrainer writes the adapter; splitting a step into micro-batches (gradient
+accumulation, no padding) trains the same step as one padded batch, and so does one shared-prefix packed row a step
+(`sft.share_prefix`)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,25 @@ from fathom.config.trainer import LoraConfig
 from fathom.trainer.sft import IGNORE, train_sft
 
 
+PROMPT = list(range(10, 22))
+"""The system prompt every row starts with."""
+
+
 def _rows(vocab: int) -> list[dict[str, list[int]]]:
     """Eight rows of different lengths and different numbers of trained tokens, so padding and the per-micro-batch
-    token count both matter."""
+    token count both matter, after a common prompt."""
     rng = random.Random(0)
     rows = []
     for i in range(8):
         n, k = 40 + 23 * i, 5 + 7 * (i % 3)
-        ids = [rng.randrange(10, vocab) for _ in range(n)]
+        ids = PROMPT + [rng.randrange(10, vocab) for _ in range(n - len(PROMPT))]
         rows.append({"input_ids": ids, "labels": [IGNORE] * (n - k) + ids[n - k:]})
     return rows
 
 
-def _train(model_dir: Path, out: Path, micro: int) -> tuple[dict, dict[str, torch.Tensor]]:
-    sft = SftConfig(batch_size=4, micro_batch_size=micro, epochs=1.0, bf16=False, learning_rate=1e-2)
+def _train(model_dir: Path, out: Path, micro: int, share: bool = False) -> tuple[dict, dict[str, torch.Tensor]]:
+    sft = SftConfig(batch_size=4, micro_batch_size=micro, share_prefix=share, epochs=1.0, bf16=False,
+                    learning_rate=1e-2)
     lora = LoraConfig(rank=4, alpha=8, target_modules=["q_proj", "v_proj"])
     from transformers import AutoTokenizer
 
@@ -69,6 +75,25 @@ def test_micro_batches_train_the_same_steps_as_one_padded_batch(tiny_model_dir: 
     assert any(w_whole[k].abs().max() > 0 for k in w_whole if "lora_B" in k)  # the adapter trained
     for k in w_whole:
         assert torch.allclose(w_whole[k], w_split[k], atol=1e-4), k
+
+
+def test_shared_prefix_steps_train_the_same_adapter_on_fewer_tokens(tiny_model_dir: Path, tmp_path: Path) -> None:
+    split, w_split = _train(tiny_model_dir, tmp_path / "split", micro=1)
+    shared, w_shared = _train(tiny_model_dir, tmp_path / "shared", micro=1, share=True)
+    assert (split["share_prefix"], shared["share_prefix"]) == (False, True)
+    tokens = sum(len(r["input_ids"]) for r in _rows(49152))
+    assert split["forwarded_tokens"] == tokens and split["forwarded_token_frac"] == 1.0
+    # two steps of four rows: each step forwards the common prompt once, not four times
+    assert shared["forwarded_tokens"] == tokens - 2 * 3 * len(PROMPT)
+    assert shared["forwarded_token_frac"] == round(shared["forwarded_tokens"] / tokens, 4)
+    assert 0 < shared["flops_per_epoch"] < split["flops_per_epoch"]
+    log = [json.loads(line) for line in (tmp_path / "shared" / "sft_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2] and all(r["forwarded_token_frac"] < 1 for r in log)
+    assert shared["first_loss"] == pytest.approx(split["first_loss"], rel=1e-4)
+    assert shared["last_loss"] == pytest.approx(split["last_loss"], rel=1e-3)
+    assert any(w_shared[k].abs().max() > 0 for k in w_shared if "lora_B" in k)
+    for k in w_split:
+        assert torch.allclose(w_shared[k], w_split[k], atol=1e-4), k
 
 
 def test_batch_size_must_be_a_multiple_of_the_micro_batch() -> None:

@@ -66,6 +66,16 @@ def test_full_fine_tuning_is_six_times_params_and_attention_is_causal():
     assert limits.train_flops(0, 0, 1, 1, 1, [6]) > limits.train_flops(0, 0, 1, 1, 1, [3, 3])
 
 
+def test_a_branch_attends_to_its_shared_prefix_as_the_end_of_its_whole_sequence_would():
+    # 3 tokens after a 12-token prefix forwarded elsewhere in the row attend to 13 + 14 + 15 keys
+    assert limits.train_flops(0, 0, 1, 1, 1, [3], [12]) == 3 * 4 * (13 + 14 + 15)
+    assert (limits.train_flops(0, 0, 2, 4, 8, [3], [12])
+            == limits.train_flops(0, 0, 2, 4, 8, [15]) - limits.train_flops(0, 0, 2, 4, 8, [12]))
+    # a prefix once and two branches: less than two whole sequences, by the prefix's linear and attention work
+    shared = limits.train_flops(10, 2, 1, 1, 1, [15, 3], [0, 12])
+    assert shared == limits.train_flops(10, 2, 1, 1, 1, [15, 15]) - limits.train_flops(10, 2, 1, 1, 1, [12])
+
+
 def test_decode_bytes_and_flops():
     kv = limits.kv_bytes_per_token(30, 3, 64, "float32")
     assert kv == 2 * 30 * 3 * 64 * 4
