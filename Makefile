@@ -147,12 +147,13 @@ test-unit: $(STAMPS)/venv
 test-all: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# learning.py and gpu_smoke_report.py read a finished run (make demo, bench/gpu_smoke.sh) instead of measuring one;
+# learning.py, sft_steps.py and gpu_smoke_report.py read a finished run (make demo, bench/gpu_smoke.sh) instead of
+# measuring one;
 # learning_seeds.py trains GRPO several times from a given SFT adapter (1-2 hours on 2 cores), so it runs on request;
 # gpu_device_check.py needs a GPU (bench/gpu_device_check.sh); trainer_parts.py holds bench/trainer.py's helpers;
 # subcall_probe.py probes the embedded model as a sub-LM (docs/bios.md), by hand.
 bench: setup
-	for b in bench/*.py; do case $$b in bench/learning.py|bench/learning_seeds.py|bench/gpu_smoke_report.py|bench/gpu_device_check.py|bench/trainer_parts.py|bench/subcall_probe.py) ;; *) $(VENV)/bin/python $$b ;; esac; done
+	for b in bench/*.py; do case $$b in bench/learning.py|bench/sft_steps.py|bench/learning_seeds.py|bench/gpu_smoke_report.py|bench/gpu_device_check.py|bench/trainer_parts.py|bench/subcall_probe.py) ;; *) $(VENV)/bin/python $$b ;; esac; done
 
 clean:
 	rm -rf $(STAMPS) runs .pytest_cache
