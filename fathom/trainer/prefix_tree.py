@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def _ints(x: Any) -> list[int]:
+def as_ints(x: Any) -> list[int]:
+    """Token ids (a tensor or any sequence of ints) as a list of ints."""
     return x.tolist() if hasattr(x, "tolist") else [int(v) for v in x]
 
 
@@ -39,10 +40,10 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def share_row(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[int]]:
     """The row's samples in tree order and how many leading tokens each drops (module docstring). Samples are TRL's:
     `input_ids` and `completion_mask` (lists or tensors)."""
-    ordered = sorted(samples, key=lambda s: _ints(s["input_ids"]))
+    ordered = sorted(samples, key=lambda s: as_ints(s["input_ids"]))
     drops, prev = [], None
     for s in ordered:
-        ids, mask = _ints(s["input_ids"]), _ints(s["completion_mask"])
+        ids, mask = as_ints(s["input_ids"]), as_ints(s["completion_mask"])
         first_trained = next((i for i, m in enumerate(mask) if m), len(ids))
         shared = 0 if prev is None else common_prefix(prev, ids)
         drops.append(max(0, min(shared, first_trained - 1, len(ids) - 1)))
@@ -53,7 +54,7 @@ def share_row(samples: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
 def tree_runs(position_ids: Sequence[int]) -> list[tuple[int, int, list[int]]]:
     """(start, end, ancestors) per run of one row: a run is where positions count up by one, and `ancestors` are the
     row indices of the tokens before it on its path (empty for a sequence of its own)."""
-    pos = _ints(position_ids)
+    pos = as_ints(position_ids)
     starts = [0, *(i for i in range(1, len(pos)) if pos[i] != pos[i - 1] + 1), len(pos)]
     runs, last = [], []  # last[k]: row index of the latest token at depth k on the current path, -1 unknown
     for s, e in zip(starts, starts[1:]):
@@ -64,4 +65,4 @@ def tree_runs(position_ids: Sequence[int]) -> list[tuple[int, int, list[int]]]:
     return runs
 
 
-__all__ = ["common_prefix", "share_row", "tree_runs"]
+__all__ = ["as_ints", "common_prefix", "share_row", "tree_runs"]

@@ -20,14 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fathom.trainer.prefix_tree import share_row, tree_runs
+from fathom.trainer.prefix_tree import as_ints, share_row, tree_runs
 
 IGNORE = -100
 """The label of a token that is not trained (transformers' and TRL's ignore index)."""
-
-
-def _ints(x: Any) -> list[int]:
-    return x.tolist() if hasattr(x, "tolist") else [int(v) for v in x]
 
 
 def pack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -35,8 +31,11 @@ def pack_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     -100 where untrained), each row leaving out what it shares with the one before it (module docstring)."""
     import torch
 
-    samples = [{"input_ids": _ints(r["input_ids"]), "labels": _ints(r["labels"]),
-                "completion_mask": [int(t != IGNORE) for t in _ints(r["labels"])]} for r in rows]
+    samples = []
+    for r in rows:
+        labels = as_ints(r["labels"])
+        samples.append({"input_ids": as_ints(r["input_ids"]), "labels": labels,
+                        "completion_mask": [int(t != IGNORE) for t in labels]})
     ordered, drops = share_row(samples)
     ids: list[int] = []
     labels: list[int] = []
@@ -64,7 +63,7 @@ def sequences(batch: dict[str, Any]) -> list[tuple[int, int]]:
     attention mask) per run of `prefix_tree.tree_runs`; a padded batch per row, its real tokens (attention mask)."""
     mask = batch.get("attention_mask")
     if mask is not None:
-        return [(n, 0) for n in _ints(mask.sum(-1))]
+        return [(n, 0) for n in as_ints(mask.sum(-1))]
     return [(e - s, len(ancestors)) for row in batch["position_ids"] for s, e, ancestors in tree_runs(row)]
 
 
