@@ -43,9 +43,16 @@ def _train(model_dir: Path, out: Path, micro: int, share: bool = False) -> tuple
     return metrics, load_file(str(out / "adapter" / "adapter_model.safetensors"))
 
 
-def test_micro_batches_train_the_same_steps_as_one_padded_batch(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def split_run(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict[str, torch.Tensor]]:
+    """One row a micro-batch, no prefix sharing: the run both tests compare against (trained once)."""
+    return _train(tiny_model_dir, tmp_path_factory.mktemp("split"), micro=1)
+
+
+def test_micro_batches_train_the_same_steps_as_one_padded_batch(tiny_model_dir: Path, tmp_path: Path,
+                                                                 split_run: tuple) -> None:
     whole, w_whole = _train(tiny_model_dir, tmp_path / "whole", micro=4)
-    split, w_split = _train(tiny_model_dir, tmp_path / "split", micro=1)
+    split, w_split = split_run
     assert whole["steps"] == split["steps"] == 2
     # The run's FLOP/s against the matmul peak measured after it: the tiny model's LoRA fwd+bwd on 8 rows of
     # 40-201 tokens (q and v adapted, rank 4), over the training wall time.
@@ -77,8 +84,9 @@ def test_micro_batches_train_the_same_steps_as_one_padded_batch(tiny_model_dir: 
         assert torch.allclose(w_whole[k], w_split[k], atol=1e-4), k
 
 
-def test_shared_prefix_steps_train_the_same_adapter_on_fewer_tokens(tiny_model_dir: Path, tmp_path: Path) -> None:
-    split, w_split = _train(tiny_model_dir, tmp_path / "split", micro=1)
+def test_shared_prefix_steps_train_the_same_adapter_on_fewer_tokens(tiny_model_dir: Path, tmp_path: Path,
+                                                                   split_run: tuple) -> None:
+    split, w_split = split_run
     shared, w_shared = _train(tiny_model_dir, tmp_path / "shared", micro=1, share=True)
     assert (split["share_prefix"], shared["share_prefix"]) == (False, True)
     tokens = sum(len(r["input_ids"]) for r in _rows(49152))
