@@ -3,6 +3,7 @@
     python bench/learning_seeds.py --sft-adapter runs/smoke/sft/adapter                # 3 seeds, test split
     python bench/learning_seeds.py --sft-adapter DIR --dry-run                         # the plan; nothing runs
     python bench/learning_seeds.py --sft-adapter DIR --out runs/seeds-t1 --trainer.temperature 1.0
+    python bench/learning_seeds.py --sft-adapter DIR --control                         # plus a frozen-policy run a seed
     python bench/learning_seeds.py --aggregate --out runs/seeds                        # read finished seeds only
 
 Each seed is one `fathom launch CONFIG` with the SFT stage skipped (`--trainer.init_adapter`), the base stage left
@@ -19,6 +20,13 @@ half of its rollouts against the second, as bench/learning.py reads it), the mea
 `targets`: the mean above 0, at least two thirds of at least 3 seeds with a paired interval above 0, training-time
 success in the second half at least the first on every family with any success in at least two thirds of the
 seeds, and the scores on the `test` split.
+
+Training-time success compares different tasks in the two halves (each task is one group), so a half of harder
+tasks looks like a falling curve. `--control` also runs, per seed, the same GRPO stage with the policy frozen
+(`trainer.learning_rate` 1e-12: Adam moves each weight by about 1e-12, so the SFT policy is served throughout) into
+OUT/control-K: the same tasks in the same order, sampled by the SFT policy. Each family's halves are then read
+against the control's (`training_curve_vs_control`: the second half's rate minus the control's is at least the first
+half's minus the control's), reported beside the targets as `seeds_rising_vs_control`.
 """
 
 from __future__ import annotations
@@ -61,6 +69,20 @@ def launch_argv(config: str, sft_adapter: str, seed: int, *, out: Path, split: s
     return argv + list(extra)
 
 
+FROZEN_LR = "1e-12"
+"""The control's learning rate: the config requires a rate above 0; at 1e-12 Adam's steps leave the weights as
+they were (each moves by about 1e-12, below fp32's resolution of weights of order 1e-2)."""
+
+
+def control_argv(argv: list[str], seed: int, *, out: Path) -> list[str]:
+    """A seed's launch turned into its frozen-policy control: GRPO only (no evaluation), at FROZEN_LR, in
+    OUT/control-K. Later overrides win, so the control's rate replaces any --trainer.learning_rate in `argv`."""
+    argv = list(argv)
+    argv[argv.index("--run_name") + 1] = f"control-{seed}"
+    argv[argv.index("--launch.stages") + 1] = '["grpo"]'
+    return argv + ["--trainer.learning_rate", FROZEN_LR]
+
+
 def _rate(half: dict) -> float | None:
     return half["correct"] / half["n"] if half["n"] else None
 
@@ -79,8 +101,25 @@ def curve_rises(training: dict | None, key: str = "by_family") -> dict:
     return {"families": fams, "rises": bool(fams) and all(fams.values())}
 
 
+def curve_vs_control(training: dict | None, control: dict | None) -> dict:
+    """Per family with any success in the seed or its control: did the seed's second half gain at least as much on
+    the control's second half as its first half did on the control's first? The halves hold the same tasks in both
+    runs, so task difficulty cancels. A family with no rollout in a half of either run counts as not rising."""
+    fams: dict[str, bool] = {}
+    seed, ctrl = (training or {}).get("by_family") or {}, (control or {}).get("by_family") or {}
+    for fam in sorted(set(seed) | set(ctrl)):
+        halves = [seed.get(fam, {}).get(h) or {"correct": 0, "n": 0} for h in ("first", "second")]
+        base = [ctrl.get(fam, {}).get(h) or {"correct": 0, "n": 0} for h in ("first", "second")]
+        if sum(h["correct"] for h in halves + base) == 0:
+            continue
+        rates = [_rate(h) for h in halves + base]
+        fams[fam] = None not in rates and rates[1] - rates[3] >= rates[0] - rates[2]
+    return {"families": fams, "rises": bool(fams) and all(fams.values())}
+
+
 def seed_row(run_dir: Path) -> dict:
-    """One seed's figures from its run directory (a finished `fathom launch`)."""
+    """One seed's figures from its run directory (a finished `fathom launch`), read against its frozen-policy
+    control (RUN_PARENT/control-K) where one finished."""
     path = run_dir / "eval" / "summary.json"
     if not path.is_file():
         raise SeedsError(f"{path} does not exist: the seed's run did not finish (run this benchmark again "
@@ -93,11 +132,14 @@ def seed_row(run_dir: Path) -> dict:
     cfg_path = run_dir / "config.resolved.json"
     cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
     training = _learning().training(run_dir)
+    seed = cfg.get("policy_server", {}).get("seed")
+    control_dir = run_dir.parent / f"control-{seed}"
+    control = _learning().training(control_dir) if (control_dir / "launch.json").is_file() else None
     launch = run_dir / "launch.json"
     wall = json.loads(launch.read_text()).get("wall_s") if launch.is_file() else None
     return {
         "run_dir": str(run_dir),
-        "seed": cfg.get("policy_server", {}).get("seed"),
+        "seed": seed,
         "task_order_seed": cfg.get("trainer", {}).get("task_order_seed"),
         "split": s.get("split"), "n_tasks": s.get("n_tasks"),
         "sft_adapter": cfg.get("trainer", {}).get("init_adapter"),
@@ -108,6 +150,8 @@ def seed_row(run_dir: Path) -> dict:
         "training": training,
         "training_curve": curve_rises(training),
         "training_curve_started": curve_rises(training, "by_family_started"),
+        "training_control": control,
+        "training_curve_vs_control": None if control is None else curve_vs_control(training, control),
         "wall_min": None if wall is None else round(wall / 60, 1),
     }
 
@@ -141,6 +185,9 @@ def aggregate(run_dirs: list[Path]) -> dict:
         # the curve with rollouts ordered by start time (bench/learning.py): where it rises and the target's falls,
         # the fall is the order quick right answers finish in, not the policy
         "seeds_rising_by_start": sum(r["training_curve_started"]["rises"] for r in rows),
+        # the curve against the frozen-policy control on the same tasks (--control); None without controls
+        "seeds_rising_vs_control": (sum(r["training_curve_vs_control"]["rises"] for r in rows)
+                                    if all(r["training_curve_vs_control"] for r in rows) else None),
         "targets": [
             _target("grpo_minus_sft_mean", round(mean, 4), "> 0", mean > 0),
             _target("seeds_with_paired_ci_above_0", above, f">= {need} of {n} (at least 3 seeds)", n >= 3 and above >= need),
@@ -181,6 +228,9 @@ def main() -> None:
     ap.add_argument("--shuffle-tasks", action="store_true",
                     help="Each seed also shuffles the training tasks (trainer.task_order_seed); without it every seed "
                          "trains on the same tasks in the same order, as the shipped recipe does.")
+    ap.add_argument("--control", action="store_true",
+                    help="Also run each seed's GRPO stage with the policy frozen (OUT/control-K), so the training curve "
+                         "is read against the SFT policy's success on the same tasks.")
     ap.add_argument("--dry-run", action="store_true", help="Print the plan (and launch's own plan) and run nothing.")
     ap.add_argument("--aggregate", action="store_true", help="Only read the finished seed runs under --out.")
     args, extra = ap.parse_known_args()
@@ -208,31 +258,38 @@ def main() -> None:
     adapter = str(Path(args.sft_adapter).resolve())
     plans = [(k, launch_argv(args.config, adapter, k, out=out, split=args.split, n_tasks=args.n_tasks, extra=extra,
                              shuffle_tasks=args.shuffle_tasks)) for k in seeds]
+    controls = [(k, control_argv(argv, k, out=out)) for k, argv in plans] if args.control else []
     # launch's own dry run checks the config, the overrides and the split before any seed trains
     check = subprocess.run([*plans[0][1], "--dry-run"], capture_output=True, text=True)
     if check.returncode != 0:
         fail(f"`fathom launch --dry-run` refused seed 0's plan: {(check.stderr or check.stdout).strip()[-2000:]}")
     done = {k: (out / f"seed-{k}" / "eval" / "summary.json").is_file() for k in seeds}
+    control_done = {k: (out / f"control-{k}" / "launch.json").is_file() for k in seeds}
     if args.dry_run:
         print(json.dumps({"split": args.split, "out": str(out),
                           "seeds": [{"seed": k, "run_dir": str(out / f"seed-{k}"), "status": "done" if done[k] else "to run",
                                      "command": shlex.join(argv)} for k, argv in plans],
+                          "controls": [{"seed": k, "run_dir": str(out / f"control-{k}"),
+                                        "status": "done" if control_done[k] else "to run", "command": shlex.join(argv)}
+                                       for k, argv in controls],
                           "launch_plan_seed_0": check.stdout.splitlines(), "targets": []}, indent=2))
         return
     sigterm_unwinds()  # `timeout` or a job runner's SIGTERM still stops the running launch and its servers
-    for k, argv in plans:
-        if done[k]:
-            print(f"seed {k}: finished earlier ({out / f'seed-{k}'}); not run again", file=sys.stderr)
+    runs = [("seed", k, argv, done[k]) for k, argv in plans] + [("control", k, argv, control_done[k]) for k, argv in controls]
+    for kind, k, argv, finished in runs:
+        name = f"{kind}-{k}"
+        if finished:
+            print(f"{name}: finished earlier ({out / name}); not run again", file=sys.stderr)
             continue
         t0 = time.monotonic()
-        print(f"seed {k}: {shlex.join(argv)}", file=sys.stderr, flush=True)
+        print(f"{name}: {shlex.join(argv)}", file=sys.stderr, flush=True)
         try:
             rc = _run(argv)
         except KeyboardInterrupt:
-            fail(f"interrupted during seed {k}; the finished seeds stay in {out} and a rerun resumes")
+            fail(f"interrupted during {name}; the finished runs stay in {out} and a rerun resumes")
         if rc != 0:
-            fail(f"seed {k}'s launch exited with status {rc}; its logs are in {out / f'seed-{k}' / 'logs'}")
-        print(f"seed {k}: done in {(time.monotonic() - t0) / 60:.1f} min", file=sys.stderr, flush=True)
+            fail(f"{name}'s launch exited with status {rc}; its logs are in {out / name / 'logs'}")
+        print(f"{name}: done in {(time.monotonic() - t0) / 60:.1f} min", file=sys.stderr, flush=True)
     try:
         print(json.dumps(aggregate([out / f"seed-{k}" for k in seeds]), indent=2))
     except SeedsError as e:

@@ -92,6 +92,35 @@ def test_a_family_missing_from_one_half_cannot_show_a_rise() -> None:
     assert _seeds().curve_rises(None) == {"families": {}, "rises": False}
 
 
+def _control(d: Path, halves: dict) -> Path:
+    """A finished frozen-policy control: GRPO rollouts only, no evaluation."""
+    d.mkdir(parents=True)
+    (d / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rollouts(halves)))
+    (d / "launch.json").write_text(json.dumps({"wall_s": 500}))
+    return d
+
+
+def test_the_curve_is_read_against_the_frozen_policy_on_the_same_tasks(tmp_path: Path) -> None:
+    # The second half's tasks are harder: the frozen SFT policy drops from 6/8 to 2/8 on needle. The seed's
+    # needle falls less (6/8 -> 4/8), so against the control it rose; kv_chain gained 2 where the control gained 3.
+    seed_halves = {"needle": ((6, 8), (4, 8)), "kv_chain": ((2, 8), (4, 8)), "code_qa": ((0, 4), (0, 4))}
+    ctrl_halves = {"needle": ((6, 8), (2, 8)), "kv_chain": ((1, 8), (4, 8)), "code_qa": ((0, 4), (0, 4))}
+    dirs = [_run(tmp_path / f"seed-{k}", k, 40, seed_halves) for k in range(3)]
+    out = _seeds().aggregate(dirs)
+    assert out["seeds_rising_vs_control"] is None and out["seeds"][0]["training_curve_vs_control"] is None
+    for k in range(3):
+        _control(tmp_path / f"control-{k}", ctrl_halves if k < 2 else seed_halves)
+    out = _seeds().aggregate(dirs)
+    row = out["seeds"][0]
+    assert row["training_curve"]["families"]["needle"] is False  # halves alone: a fall
+    assert row["training_curve_vs_control"] == {"families": {"needle": True, "kv_chain": False}, "rises": False}
+    # seed 2's control is itself: every family equals its control
+    assert out["seeds"][2]["training_curve_vs_control"] == {"families": {"needle": True, "kv_chain": True},
+                                                             "rises": True}
+    assert out["seeds_rising_vs_control"] == 1
+    assert row["training_control"]["by_family"]["needle"]["second"] == {"correct": 2, "n": 8}
+
+
 def test_runs_that_are_not_seeds_of_one_recipe_are_refused(tmp_path: Path) -> None:
     mod = _seeds()
     dirs = [_run(tmp_path / "seed-0", 0, 40, RISING), _run(tmp_path / "seed-1", 1, 40, RISING, adapter="/b/sft")]
@@ -133,6 +162,16 @@ def test_dry_run_prints_each_seeds_launch_and_runs_nothing(tmp_path: Path) -> No
                       "--shuffle-tasks", "--dry-run")
     assert shuffled.returncode == 0, shuffled.stderr + shuffled.stdout
     assert "--trainer.task_order_seed 1" in json.loads(shuffled.stdout)["seeds"][1]["command"]
+    assert json.loads(shuffled.stdout)["controls"] == []
+    controlled = _bench("--sft-adapter", str(adapter), "--out", str(tmp_path / "out3"), "--seeds", "2", "--control",
+                        "--dry-run", "--trainer.learning_rate", "1e-4")
+    assert controlled.returncode == 0, controlled.stderr + controlled.stdout
+    ctrl = json.loads(controlled.stdout)["controls"][1]
+    assert ctrl["status"] == "to run" and ctrl["run_dir"] == str(tmp_path / "out3" / "control-1")
+    # GRPO only, the same rollout seed, and the frozen rate after (so over) the recipe's own
+    assert "--run_name control-1" in ctrl["command"] and "--launch.stages '[\"grpo\"]'" in ctrl["command"]
+    assert "--policy_server.seed 1" in ctrl["command"]
+    assert ctrl["command"].endswith("--trainer.learning_rate 1e-4 --trainer.learning_rate 1e-12")
 
 
 def test_a_bad_adapter_or_split_is_named_before_anything_runs(tmp_path: Path) -> None:
