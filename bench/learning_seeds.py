@@ -74,9 +74,9 @@ FROZEN_LR = "1e-12"
 they were (each moves by about 1e-12, below fp32's resolution of weights of order 1e-2)."""
 
 
-def control_argv(argv: list[str], seed: int, *, out: Path) -> list[str]:
-    """A seed's launch turned into its frozen-policy control: GRPO only (no evaluation), at FROZEN_LR, in
-    OUT/control-K. Later overrides win, so the control's rate replaces any --trainer.learning_rate in `argv`."""
+def control_argv(argv: list[str], seed: int) -> list[str]:
+    """A seed's launch turned into its frozen-policy control: GRPO only (no evaluation), at FROZEN_LR, named
+    control-K beside the seed's run. Later overrides win, so the control's rate replaces any --trainer.learning_rate in `argv`."""
     argv = list(argv)
     argv[argv.index("--run_name") + 1] = f"control-{seed}"
     argv[argv.index("--launch.stages") + 1] = '["grpo"]'
@@ -258,7 +258,7 @@ def main() -> None:
     adapter = str(Path(args.sft_adapter).resolve())
     plans = [(k, launch_argv(args.config, adapter, k, out=out, split=args.split, n_tasks=args.n_tasks, extra=extra,
                              shuffle_tasks=args.shuffle_tasks)) for k in seeds]
-    controls = [(k, control_argv(argv, k, out=out)) for k, argv in plans] if args.control else []
+    controls = [(k, control_argv(argv, k)) for k, argv in plans] if args.control else []
     # launch's own dry run checks the config, the overrides and the split before any seed trains
     check = subprocess.run([*plans[0][1], "--dry-run"], capture_output=True, text=True)
     if check.returncode != 0:
