@@ -87,33 +87,30 @@ def _rate(half: dict) -> float | None:
     return half["correct"] / half["n"] if half["n"] else None
 
 
-def curve_rises(training: dict | None, key: str = "by_family") -> dict:
+def curve_rises(training: dict | None, key: str = "by_family", control: dict | None = None) -> dict:
     """Per family with any training-time success: did the second half's rate reach the first's? A family with no
     rollout in one half cannot show it and counts as not rising; families never right are left out. `key` picks
-    bench/learning.py's halves: by finish time (`by_family`, the target's) or by start time (`by_family_started`)."""
-    fams: dict[str, bool] = {}
-    for fam, halves in ((training or {}).get(key) or {}).items():
-        first, second = halves["first"], halves["second"]
-        if first["correct"] + second["correct"] == 0:
-            continue
-        a, b = _rate(first), _rate(second)
-        fams[fam] = a is not None and b is not None and b >= a
-    return {"families": fams, "rises": bool(fams) and all(fams.values())}
+    bench/learning.py's halves: by finish time (`by_family`, the target's) or by start time (`by_family_started`).
 
-
-def curve_vs_control(training: dict | None, control: dict | None) -> dict:
-    """Per family with any success in the seed or its control: did the seed's second half gain at least as much on
-    the control's second half as its first half did on the control's first? The halves hold the same tasks in both
-    runs, so task difficulty cancels. A family with no rollout in a half of either run counts as not rising."""
+    With a frozen-policy `control` (the same tasks in the same halves) each half is read against the control's:
+    did the second half gain at least as much on the control's second half as the first half did on its first?
+    Task difficulty then cancels; a family right in either run counts, and a half empty in either run cannot rise."""
+    seed = (training or {}).get(key) or {}
+    base = None if control is None else (control.get(key) or {})
+    empty = {"correct": 0, "n": 0}
     fams: dict[str, bool] = {}
-    seed, ctrl = (training or {}).get("by_family") or {}, (control or {}).get("by_family") or {}
-    for fam in sorted(set(seed) | set(ctrl)):
-        halves = [seed.get(fam, {}).get(h) or {"correct": 0, "n": 0} for h in ("first", "second")]
-        base = [ctrl.get(fam, {}).get(h) or {"correct": 0, "n": 0} for h in ("first", "second")]
-        if sum(h["correct"] for h in halves + base) == 0:
+    for fam in [*seed, *(f for f in base or {} if f not in seed)]:
+        runs = [seed.get(fam, {})] + ([] if base is None else [base.get(fam, {})])
+        halves = [run.get(h) or empty for run in runs for h in ("first", "second")]
+        if sum(h["correct"] for h in halves) == 0:
             continue
-        rates = [_rate(h) for h in halves + base]
-        fams[fam] = None not in rates and rates[1] - rates[3] >= rates[0] - rates[2]
+        rates = [_rate(h) for h in halves]
+        if None in rates:
+            fams[fam] = False
+            continue
+        a, b = rates[:2]
+        ca, cb = rates[2:] if base is not None else (0.0, 0.0)
+        fams[fam] = b - cb >= a - ca
     return {"families": fams, "rises": bool(fams) and all(fams.values())}
 
 
@@ -151,7 +148,7 @@ def seed_row(run_dir: Path) -> dict:
         "training_curve": curve_rises(training),
         "training_curve_started": curve_rises(training, "by_family_started"),
         "training_control": control,
-        "training_curve_vs_control": None if control is None else curve_vs_control(training, control),
+        "training_curve_vs_control": None if control is None else curve_rises(training, control=control),
         "wall_min": None if wall is None else round(wall / 60, 1),
     }
 
