@@ -87,7 +87,8 @@ def reset_prefix_cache(server_url: str) -> None:
     raise RuntimeError(f"{server_url}/reset_prefix_cache kept answering success=false")
 
 
-def sampled(result: dict) -> list[int]:
+def tokens_per_turn(result: dict) -> list[int]:
+    """How many tokens the episode sampled in each turn (the greedy twins must agree on every one)."""
     return [t["completion_tokens"] for t in result["turns"]]
 
 
@@ -213,7 +214,7 @@ def main() -> None:
     mean_wall = lambda rs: sum(r["wall_s"] for r in rs) / len(rs)  # noqa: E731 - a one-line helper used right below
     # Greedy twins: the same task on both paths; compared only where both sampled the same token counts every turn.
     twins = [(t, c) for t, c in zip(greedy["tokens"], greedy["chat"])
-             if t["status"] == c["status"] == "done" and sampled(t) == sampled(c)]
+             if t["status"] == c["status"] == "done" and tokens_per_turn(t) == tokens_per_turn(c)]
     wall_ratio = sum(t["wall_s"] for t, _ in twins) / max(sum(c["wall_s"] for _, c in twins), 1e-9)
     twin_ratios = sorted(t["wall_s"] / c["wall_s"] for t, c in twins)
     ext_frac = a["root_transitions_extending"] / max(a["root_transitions"], 1)
